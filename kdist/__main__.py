@@ -1,0 +1,3 @@
+from kdist.cli import main
+
+main()

@@ -1,0 +1,153 @@
+"""The `kdist` command line: parses flags, calls the core, maps errors to exit codes.
+
+Exit codes (DESIGN.md): 0 success, 1 the job failed, 2 bad input, 3 cluster or API error.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from kdist.errors import KdistError, UsageError
+from kdist.options import (
+    ClusterOptions,
+    backend_option,
+    global_options,
+    job_file_argument,
+    output_option,
+)
+
+STARTER = Path(__file__).with_name("starter.yaml")
+
+
+class _Group(click.Group):
+    """Turns every KdistError into its one-line message(s) and exit code."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except KdistError as e:
+            for line in str(e).splitlines() or [type(e).__name__]:
+                click.echo(f"error: {line}", err=True)
+            sys.exit(e.exit_code)
+        except click.exceptions.Exit:
+            raise
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            sys.exit(130)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@global_options
+@click.version_option(package_name="kdist")
+@click.pass_context
+def main(ctx: click.Context, kubeconfig: str | None, context: str | None,
+         namespace: str | None) -> None:
+    """Distributed PyTorch training on Kubernetes from one job.yaml.
+
+    \b
+    Shell completion (bash; zsh/fish likewise):
+      eval "$(_KDIST_COMPLETE=bash_source kdist)"
+    """
+    ctx.obj = ClusterOptions(kubeconfig=kubeconfig, context=context, namespace=namespace)
+
+
+def load(file: str, namespace: str | None = None, backend: str | None = None):
+    """The validated job, with -n and --backend applied (refused when they contradict it)."""
+    from kdist.rendering import with_backend
+    from kdist.spec import load_job
+
+    job = with_backend(load_job(file), backend)
+    if namespace and job.metadata.namespace and namespace != job.metadata.namespace:
+        raise UsageError(
+            f"{file}: metadata.namespace is {job.metadata.namespace!r} but -n says {namespace!r}"
+        )
+    if namespace and not job.metadata.namespace:
+        meta = job.metadata.model_copy(update={"namespace": namespace})
+        job = job.model_copy(update={"metadata": meta})
+    return job
+
+
+@main.command()
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
+def validate(files: tuple[str, ...]) -> None:
+    """Check job files; print every problem with its field path."""
+    from kdist.errors import SpecError
+    from kdist.spec import load_job
+
+    problems: list[str] = []
+    for file in files:
+        try:
+            job = load_job(file)
+        except SpecError as e:
+            problems.extend(e.problems)
+            continue
+        s = job.spec
+        click.echo(
+            f"{file}: ok ({s.backend}, {s.nodes} node(s) x {s.procs_per_node} proc(s), "
+            f"{s.dist_backend})"
+        )
+    if problems:
+        raise SpecError(problems)
+
+
+@main.command()
+@job_file_argument
+@output_option
+@backend_option
+@click.pass_obj
+def render(opts: ClusterOptions, file: str, output: str, backend: str | None) -> None:
+    """Print the Kubernetes objects for FILE (no cluster needed)."""
+    from kdist.rendering import render as render_job
+    from kdist.rendering import to_json, to_yaml
+
+    objects = render_job(load(file, opts.namespace, backend))
+    click.echo(to_yaml(objects) if output == "yaml" else to_json(objects), nl=False)
+
+
+@main.command()
+@click.argument("file", default="job.yaml", type=click.Path(dir_okay=False))
+@click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")
+def init(file: str, force: bool) -> None:
+    """Write a commented starter job file (default ./job.yaml); '-' prints it."""
+    text = STARTER.read_text()
+    if file == "-":
+        click.echo(text, nl=False)
+        return
+    path = Path(file)
+    if path.exists() and not force:
+        raise UsageError(f"{file}: already exists (use --force to overwrite)")
+    path.write_text(text)
+    click.echo(f"wrote {file}: edit spec.image, then `kdist run --local {file}` or "
+               f"`kdist submit {file}`")
+
+
+@main.command()
+@click.argument("file", required=False, type=click.Path(dir_okay=False))
+@click.option("--local", "local", is_flag=True, help="Run on this machine as local processes.")
+def run(file: str | None, local: bool) -> None:
+    """Run FILE (default: the built-in starter job) as local process groups.
+
+    Same container command and env contract as the pods get, master 127.0.0.1;
+    every line is prefixed with its rank. Exit code is the job's.
+    """
+    if not local:
+        raise UsageError("kdist run needs --local (use `kdist submit FILE` for a cluster)")
+    from kdist.local import run_local
+
+    job = load(file or str(STARTER))
+    sys.exit(run_local(job))
+
+
+def _register_cluster_verbs() -> None:
+    try:
+        from kdist import cli_cluster
+    except ImportError:  # the cluster verbs live in their own module
+        return
+    for command in cli_cluster.COMMANDS:
+        main.add_command(command)
+
+
+_register_cluster_verbs()

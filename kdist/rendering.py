@@ -1,0 +1,236 @@
+"""Spec -> Kubernetes objects: a pure function through the Jinja templates.
+
+Python decides every value; the templates only lay them out. Every value
+reaches the YAML text through `yaml_quote` (JSON, which is valid YAML flow),
+and the text is parsed back and checked before anyone sees it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from functools import lru_cache
+from typing import Any
+
+import jinja2
+import yaml
+
+from kdist import labels as L
+from kdist.contract import env_contract, launch_argv, master_service_addr
+from kdist.errors import KdistError
+from kdist.quantity import format_bytes, parse_quantity
+from kdist.spec import TrainingJob
+
+RUN_AS_UID = 1000
+# Exit codes that mean "the training code failed": never worth a retry.
+CODE_ERROR_EXIT_CODES = list(range(1, 128))
+_YAML_UNSAFE = re.compile("[\x7f-\x9f\u2028\u2029\ufeff\ufffe\uffff]")
+
+
+class RenderError(KdistError):
+    """The rendered text did not parse back to what was meant (a kdist bug)."""
+
+    exit_code = 3
+
+
+def yaml_quote(value: Any) -> str:
+    """Any JSON-able value as one YAML flow scalar/collection that parses back exactly.
+
+    JSON is YAML, except that YAML readers refuse or fold a few code points
+    JSON leaves raw (C1 controls, U+2028/2029, BOMs); those are escaped.
+    """
+    text = json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
+    return _YAML_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+@lru_cache(maxsize=1)
+def _env() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("kdist", "templates"),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+    env.filters["q"] = yaml_quote
+    return env
+
+
+def with_backend(job: TrainingJob, backend: str | None) -> TrainingJob:
+    """The same job on another backend (the `--backend` flag); the spec is not mutated."""
+    if backend is None or backend == job.spec.backend:
+        return job
+    return job.model_copy(update={"spec": job.spec.model_copy(update={"backend": backend})})
+
+
+def render(job: TrainingJob) -> list[dict[str, Any]]:
+    """Every Kubernetes object for `job`, in creation order. Pure and deterministic."""
+    ctx = _context(job)
+    if job.spec.backend == "pytorchjob":
+        names = ["pytorchjob.yaml.j2"]
+    else:
+        names = ["job.yaml.j2", "service.yaml.j2"]
+    objects = [_render_one(name, ctx) for name in names]
+    _check(job, objects, ctx)
+    return objects
+
+
+def _render_one(template: str, ctx: dict[str, Any]) -> dict[str, Any]:
+    text = _env().get_template(template).render(**ctx)
+    try:
+        docs = list(yaml.load_all(text, Loader=_Loader))
+    except yaml.YAMLError as e:
+        raise RenderError(f"template {template} produced invalid YAML: {e}") from None
+    if len(docs) != 1 or not isinstance(docs[0], dict):
+        raise RenderError(f"template {template} produced {len(docs)} documents, expected 1")
+    return docs[0]
+
+
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def _context(job: TrainingJob) -> dict[str, Any]:
+    s, name = job.spec, job.metadata.name
+    indexed = s.backend == "indexed-job"
+    job_labels = L.object_labels(job, "training")
+    if s.scheduling.queue:
+        job_labels[L.QUEUE] = s.scheduling.queue
+    argv = launch_argv(job)
+    env = env_contract(job, node_rank=None, master_addr=master_service_addr(job) if indexed else None)
+    pod = {
+        "labels": L.object_labels(job, "worker"),
+        "subdomain": name if indexed else "",
+        "restart_policy": "Never",
+        "uid": RUN_AS_UID,
+        "node_selector": dict(s.scheduling.node_selector),
+        "tolerations": [t.model_dump(by_alias=True, exclude_none=True) for t in s.scheduling.tolerations],
+        "priority_class_name": s.scheduling.priority_class_name,
+        "image": s.image,
+        "command": argv[:3],
+        "args": argv[3:],
+        "port_name": "rendezvous" if indexed else "pytorchjob-port",
+        "port": s.distributed.port,
+        "env": [{"name": k, "value": v} for k, v in env.items()],
+        "node_rank_from_index": indexed,
+        "env_from": [e.model_dump(by_alias=True, exclude_none=True) for e in s.env_from],
+        "resources": _resources(job),
+        "volume_mounts": _mounts(job),
+        "volumes": _volumes(job),
+    }
+    workers = s.nodes - 1
+    return {
+        "name": name,
+        "namespace": job.metadata.namespace,
+        "job_labels": job_labels,
+        "service_labels": L.object_labels(job, "rendezvous"),
+        "selector": L.selector(name),
+        "port": s.distributed.port,
+        "nodes": s.nodes,
+        "max_restarts": s.distributed.max_restarts,
+        "code_error_exit_codes": CODE_ERROR_EXIT_CODES,
+        "ttl_seconds_after_finished": s.ttl_seconds_after_finished,
+        "active_deadline_seconds": s.active_deadline_seconds,
+        "nproc_per_node": str(s.procs_per_node),
+        "replicas": [{"type": "Master", "count": 1}]
+        + ([{"type": "Worker", "count": workers}] if workers else []),
+        "pod_spec": pod,
+    }
+
+
+def _resources(job: TrainingJob) -> dict[str, Any]:
+    r = job.spec.resources
+    # requests == limits: a Guaranteed pod, so the CPU count we size threads by is real.
+    amounts = {"cpu": r.cpu, "memory": r.memory}
+    limits = dict(amounts)
+    if r.gpus:
+        limits["nvidia.com/gpu"] = str(r.gpus)
+    return {"requests": amounts, "limits": limits}
+
+
+def shm_size(job: TrainingJob) -> str:
+    """/dev/shm's size: as given, else half the pod's memory (it counts against it)."""
+    r = job.spec.resources
+    if r.shm is not None:
+        return r.shm
+    return format_bytes(int(parse_quantity(r.memory)) // 2)
+
+
+def _mounts(job: TrainingJob) -> list[dict[str, Any]]:
+    mounts = [{"name": "dshm", "mountPath": "/dev/shm"}]
+    if job.spec.checkpoint is not None:
+        mounts.append({"name": "checkpoint", "mountPath": job.spec.checkpoint.path})
+    return mounts
+
+
+def _volumes(job: TrainingJob) -> list[dict[str, Any]]:
+    volumes: list[dict[str, Any]] = [
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm_size(job)}}
+    ]
+    ckpt = job.spec.checkpoint
+    if ckpt is not None:
+        source = ckpt.volume.model_dump(by_alias=True, exclude_none=True)
+        volumes.append({"name": "checkpoint", **source})
+    return volumes
+
+
+def _check(job: TrainingJob, objects: list[dict[str, Any]], ctx: dict[str, Any]) -> None:
+    """Parse-back check: every user value landed exactly where meant, nothing more."""
+    want_kinds = ["PyTorchJob"] if job.spec.backend == "pytorchjob" else ["Job", "Service"]
+    if [o.get("kind") for o in objects] != want_kinds:
+        raise RenderError(f"rendered kinds {[o.get('kind') for o in objects]} != {want_kinds}")
+    for obj in objects:
+        meta = obj["metadata"]
+        if meta.get("name") != job.metadata.name or meta.get("namespace") != job.metadata.namespace:
+            raise RenderError(f"{obj['kind']} has name/namespace {meta.get('name')!r}")
+        if any(meta["labels"].get(k) != v for k, v in job.metadata.labels.items()):
+            raise RenderError(f"{obj['kind']} labels differ from the spec's")
+    pod_ctx = ctx["pod_spec"]
+    for template in _pod_templates(objects[0]):
+        if template["metadata"]["labels"] != pod_ctx["labels"]:
+            raise RenderError("pod labels differ from what was rendered")
+        (container,) = template["spec"]["containers"]
+        if container["command"] + container["args"] != launch_argv(job):
+            raise RenderError("container command line differs from the spec's workload")
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        if len(env) != len(container["env"]) or any(
+            env.get(e["name"]) != e["value"] for e in pod_ctx["env"]
+        ):
+            raise RenderError("container env differs from the spec's")
+
+
+def _pod_templates(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    if obj["kind"] == "PyTorchJob":
+        return [r["template"] for r in obj["spec"]["pytorchReplicaSpecs"].values()]
+    return [obj["spec"]["template"]]
+
+
+def to_yaml(objects: list[dict[str, Any]]) -> str:
+    """Multi-document YAML, byte-identical for identical input."""
+    return yaml.dump_all(
+        objects,
+        Dumper=_Dumper,
+        sort_keys=False,
+        default_flow_style=False,
+        allow_unicode=True,
+        width=1 << 16,
+        explicit_start=True,
+    )
+
+
+def to_json(objects: list[dict[str, Any]]) -> str:
+    """A kubectl-appliable v1 List."""
+    doc = {"apiVersion": "v1", "kind": "List", "items": objects}
+    return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
+
+
+class _Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]
+    """Block style, except lists of numbers (exit codes) on one line."""
+
+
+def _represent_list(dumper: yaml.SafeDumper, data: list[Any]) -> yaml.Node:
+    flow = bool(data) and all(type(x) is int for x in data)
+    return dumper.represent_sequence("tag:yaml.org,2002:seq", data, flow_style=flow)
+
+
+_Dumper.add_representer(list, _represent_list)
