@@ -23,7 +23,10 @@ _SUFFIX = {
 }
 # The API server's own grammar: a signed decimal, then a binary or decimal
 # suffix or a decimal exponent. We refuse signs: no kdist quantity is negative.
-_QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]*)?|\.[0-9]+)((?:[KMGTPE]i)|[mkMGTPE]|[eE][+-]?[0-9]{1,3})?$")
+_QUANTITY = re.compile(
+    r"^([0-9]+(?:\.[0-9]*)?|\.[0-9]+)"  # the number
+    r"((?:[KMGTPE]i)|[mkMGTPE]|[eE][+-]?[0-9]{1,3})?$"  # binary, decimal or exponent
+)
 
 
 def parse_quantity(text: str) -> Decimal:

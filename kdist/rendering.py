@@ -97,14 +97,17 @@ def _context(job: TrainingJob) -> dict[str, Any]:
     if s.scheduling.queue:
         job_labels[L.QUEUE] = s.scheduling.queue
     argv = launch_argv(job)
-    env = env_contract(job, node_rank=None, master_addr=master_service_addr(job) if indexed else None)
+    master = master_service_addr(job) if indexed else None
+    env = env_contract(job, node_rank=None, master_addr=master)
     pod = {
         "labels": L.object_labels(job, "worker"),
         "subdomain": name if indexed else "",
         "restart_policy": "Never",
         "uid": RUN_AS_UID,
         "node_selector": dict(s.scheduling.node_selector),
-        "tolerations": [t.model_dump(by_alias=True, exclude_none=True) for t in s.scheduling.tolerations],
+        "tolerations": [
+            t.model_dump(by_alias=True, exclude_none=True) for t in s.scheduling.tolerations
+        ],
         "priority_class_name": s.scheduling.priority_class_name,
         "image": s.image,
         "command": argv[:3],

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds (once, cached by version) every Go component of the test cluster:
-# kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, etcd,
-# CoreDNS and the Kubeflow training operator. Idempotent: a binary that
-# already exists for the pinned version is not rebuilt.
+# kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kubectl,
+# etcd, CoreDNS, the Kubeflow training operator and kdist-initwait.
+# Idempotent: a binary that already exists for the pinned version is not
+# rebuilt. Usage: build.sh [COMPONENT...]   (default: all of them)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=versions.env
@@ -26,11 +27,30 @@ wrapper() {  # wrapper NAME -> prints a fresh module dir
 
 build_kubernetes() {
   local out=$BIN/kubernetes-$K8S_VERSION
-  local comps=(kube-apiserver kube-controller-manager kube-scheduler kubelet)
-  local missing=0 c
-  for c in "${comps[@]}"; do [[ -x $out/$c ]] || missing=1; done
-  ((missing)) || { log "kubernetes $K8S_VERSION cached"; return; }
-  log "building kubernetes $K8S_VERSION (cold: 10-25 min on 2 cores)"
+  local comps=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl)
+  local missing=() c
+  for c in "${comps[@]}"; do [[ -x $out/$c ]] || missing+=("$c"); done
+  ((${#missing[@]})) || { log "kubernetes $K8S_VERSION cached"; return; }
+  log "building ${missing[*]} $K8S_VERSION (cold: 10-25 min on 2 cores)"
+  local dir=$CACHE/src/kubernetes
+  grep -q "k8s.io/kubernetes $K8S_VERSION" "$dir/go.mod" 2>/dev/null || k8s_wrapper "${comps[@]}"
+  local minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
+  local ld="-s -w"
+  local v=k8s.io/component-base/version
+  ld+=" -X $v.gitVersion=$K8S_VERSION -X $v.gitMajor=1 -X $v.gitMinor=$minor -X $v.gitTreeState=clean"
+  ld+=" -X k8s.io/client-go/pkg/version.gitVersion=$K8S_VERSION"
+  mkdir -p "$out"
+  for c in "${missing[@]}"; do
+    log "go build $c"
+    (cd "$dir" && go build -trimpath -ldflags "$ld" -o "$out/$c.tmp" "k8s.io/kubernetes/cmd/$c")
+    mv "$out/$c.tmp" "$out/$c"
+  done
+}
+
+# The wrapper module for k8s.io/kubernetes: every staging module its go.mod
+# requires at v0.0.0 (about 31) is replaced by its published tag, derived
+# from that go.mod rather than hard-coded.
+k8s_wrapper() {  # k8s_wrapper CMD...
   local dir; dir=$(wrapper kubernetes)
   local modinfo gomod
   modinfo=$(go mod download -json "k8s.io/kubernetes@$K8S_VERSION")
@@ -38,29 +58,30 @@ build_kubernetes() {
   (
     cd "$dir"
     go mod edit -require="k8s.io/kubernetes@$K8S_VERSION"
-    # Every staging module the kubernetes go.mod requires at v0.0.0 is
-    # replaced by its published tag.
-    local m
+    local m c
     for m in $(awk '$1 ~ /^k8s\.io\// && $2 == "v0.0.0" {print $1}' "$gomod" | sort -u); do
       go mod edit -replace="$m=$m@$K8S_STAGING_VERSION"
     done
-    printf 'package tools\n\nimport (\n' > tools.go
-    for c in "${comps[@]}"; do printf '\t_ "k8s.io/kubernetes/cmd/%s"\n' "$c" >> tools.go; done
-    printf ')\n' >> tools.go
-    sed -i '1i //go:build tools\n' tools.go
+    {
+      printf '//go:build tools\n\npackage tools\n\nimport (\n'
+      for c in "$@"; do printf '\t_ "k8s.io/kubernetes/cmd/%s"\n' "$c"; done
+      printf ')\n'
+    } > tools.go
     go mod tidy -e >/dev/null 2>&1 || true
-    local minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
-    local ld="-s -w"
-    local v=k8s.io/component-base/version
-    ld+=" -X $v.gitVersion=$K8S_VERSION -X $v.gitMajor=1 -X $v.gitMinor=$minor -X $v.gitTreeState=clean"
-    ld+=" -X k8s.io/client-go/pkg/version.gitVersion=$K8S_VERSION"
-    mkdir -p "$out.tmp"
-    for c in "${comps[@]}"; do
-      log "go build $c"
-      go build -trimpath -ldflags "$ld" -o "$out.tmp/$c" "k8s.io/kubernetes/cmd/$c"
-    done
   )
-  rm -rf "$out"; mv "$out.tmp" "$out"
+}
+
+# The operator's worker init container binary (see initwait/main.go); named
+# by its source's hash so a change gets a new image tag.
+build_initwait() {
+  local sum; sum=$(sha256sum "$here/initwait/main.go" | cut -c1-12)
+  local out=$BIN/kdist-initwait-$sum
+  [[ -x $out ]] && { log "kdist-initwait $sum cached"; return; }
+  log "building kdist-initwait $sum"
+  local dir; dir=$(wrapper initwait)
+  cp "$here/initwait/main.go" "$dir/"
+  (cd "$dir" && go build -trimpath -ldflags "-s -w" -o "$out.tmp" .)
+  mv "$out.tmp" "$out"
 }
 
 build_simple() {  # build_simple NAME MODULE VERSION PACKAGE
@@ -80,7 +101,7 @@ build_simple() {  # build_simple NAME MODULE VERSION PACKAGE
   mv "$out.tmp" "$out"
 }
 
-want=${*:-kubernetes etcd coredns operator}
+want=${*:-etcd coredns operator initwait kubernetes}
 for what in $want; do
   case $what in
     kubernetes) build_kubernetes ;;
@@ -88,6 +109,7 @@ for what in $want; do
     coredns) build_simple coredns github.com/coredns/coredns "$COREDNS_VERSION" github.com/coredns/coredns ;;
     operator) build_simple training-operator github.com/kubeflow/training-operator "$TRAINING_OPERATOR_VERSION" \
       github.com/kubeflow/training-operator/cmd/training-operator.v1 ;;
+    initwait) build_initwait ;;
     *) echo "build.sh: unknown component $what" >&2; exit 2 ;;
   esac
 done

@@ -1,0 +1,67 @@
+# kdist — `make help` lists every target.
+SHELL := /bin/bash
+PYTHON ?= python3
+KDIST_CACHE ?= $(HOME)/.cache/kdist
+TORCH ?= torch==2.15.0
+export KDIST_CACHE
+export PIP_FIND_LINKS := $(KDIST_CACHE)/wheels
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+KUBECONFIG_E2E ?= $(CURDIR)/.cluster/kubeconfig
+STAMP := .install.stamp
+
+.DEFAULT_GOAL := help
+.PHONY: help install demo test unit dist lint manifests golden e2e image cluster-up cluster-down bench clean
+
+help: ## List every target with one line
+	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | \
+	  awk 'BEGIN {FS = ":.*## "}; {printf "  \033[36m%-13s\033[0m %s\n", $$1, $$2}'
+
+$(KDIST_CACHE)/wheels/.done:
+	@mkdir -p $(KDIST_CACHE)/wheels
+	@echo "downloading $(TORCH) + numpy wheels into $(KDIST_CACHE)/wheels (once; ~3 GB)"
+	$(PYTHON) -m pip download -q --dest $(KDIST_CACHE)/wheels "$(TORCH)" numpy
+	@touch $@
+
+$(STAMP): pyproject.toml $(KDIST_CACHE)/wheels/.done
+	$(PYTHON) -m pip install -q -e '.[train,test]' "$(TORCH)"
+	@touch $@
+
+install: $(STAMP) ## Install kdist with its training and test dependencies (torch from a local wheel cache)
+
+demo: install ## Run the built-in 2-rank DDP job on this machine (no cluster needed)
+	$(PYTHON) -m kdist run --local
+
+test: install ## Lint, check manifests/ is fresh, run unit + multi-process tests
+	$(PYTHON) -m ruff check kdist tests bench
+	$(PYTHON) -m kdist.manifests --check
+	$(PYTHON) -m pytest tests/unit tests/dist -q -p no:cacheprovider
+
+unit: install ## Unit tests only (no processes, no cluster; seconds)
+	$(PYTHON) -m pytest tests/unit -q -p no:cacheprovider
+
+lint: install ## ruff
+	$(PYTHON) -m ruff check kdist tests bench
+
+manifests: install ## Regenerate manifests/ from examples/ and the add-ons
+	$(PYTHON) -m kdist.manifests
+
+golden: install ## Regenerate tests/unit/golden/ (review the diff!)
+	$(PYTHON) -m tests.unit.golden --update
+
+cluster-up: ## Bring up (or reuse) the single-node test cluster; writes .cluster/kubeconfig
+	bash tests/cluster/up.sh
+
+cluster-down: ## Stop the test cluster and clean its mounts, bridge and netns
+	bash tests/cluster/down.sh
+
+image: install ## Build the CPU training image and load it into the cluster as kdist-train:dev-cpu
+	bash tests/cluster/image.sh
+
+e2e: install cluster-up image ## cluster-up + image + the e2e suite against .cluster/kubeconfig
+	KUBECONFIG=$(KUBECONFIG_E2E) $(PYTHON) -m pytest tests/e2e -q -p no:cacheprovider
+
+bench: install ## Benchmarks: writes bench/results.json and the table in bench/README.md
+	$(PYTHON) -m bench.run
+
+clean: ## Remove local build outputs (not the cluster or the wheel cache)
+	rm -rf build dist *.egg-info $(STAMP) .pytest_cache .ruff_cache

@@ -1,0 +1,58 @@
+"""Cluster add-ons shipped in manifests/: a restricted namespace and least-privilege RBAC."""
+
+from __future__ import annotations
+
+from typing import Any
+
+NAMESPACE = "kdist-jobs"
+SERVICE_ACCOUNT = "kdist-submitter"
+_LABELS = {"app.kubernetes.io/name": "kdist", "app.kubernetes.io/managed-by": "kdist"}
+
+# Exactly what kdist's verbs call: submit (create + ownerReference), watch,
+# status/list, logs, delete (foreground, then wait until gone).
+RULES: list[dict[str, Any]] = [
+    {"apiGroups": ["batch"], "resources": ["jobs"],
+     "verbs": ["create", "get", "list", "watch", "delete"]},
+    {"apiGroups": ["kubeflow.org"], "resources": ["pytorchjobs"],
+     "verbs": ["create", "get", "list", "watch", "delete"]},
+    {"apiGroups": [""], "resources": ["services"],
+     "verbs": ["create", "get", "list", "delete"]},
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
+    {"apiGroups": [""], "resources": ["events"], "verbs": ["list", "watch"]},
+]
+
+
+def namespace(name: str = NAMESPACE) -> dict[str, Any]:
+    """A namespace that enforces Pod Security "restricted" (kdist's pods pass it)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {
+            "name": name,
+            "labels": {
+                **_LABELS,
+                "pod-security.kubernetes.io/enforce": "restricted",
+                "pod-security.kubernetes.io/enforce-version": "latest",
+                "pod-security.kubernetes.io/warn": "restricted",
+                "pod-security.kubernetes.io/audit": "restricted",
+            },
+        },
+    }
+
+
+def rbac(namespace: str = NAMESPACE) -> list[dict[str, Any]]:
+    """A ServiceAccount, Role and RoleBinding allowing exactly what kdist does."""
+    meta = {"namespace": namespace, "labels": dict(_LABELS)}
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount",
+         "metadata": {"name": SERVICE_ACCOUNT, **meta}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+         "metadata": {"name": SERVICE_ACCOUNT, **meta}, "rules": RULES},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+         "metadata": {"name": SERVICE_ACCOUNT, **meta},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                     "name": SERVICE_ACCOUNT},
+         "subjects": [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT,
+                       "namespace": namespace}]},
+    ]

@@ -1,0 +1,46 @@
+"""Validate objects against a CustomResourceDefinition's openAPIV3Schema, strictly."""
+
+from __future__ import annotations
+
+import copy
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+SCHEMAS = Path(__file__).resolve().parents[3] / "shared" / "schemas"
+PYTORCHJOB_CRD = SCHEMAS / "kubeflow.org_pytorchjobs.v1.9.0.yaml"
+
+
+def _strict(schema: Any) -> Any:
+    """Unknown fields are an error (the API server would silently prune them)."""
+    if isinstance(schema, dict):
+        schema = {k: _strict(v) for k, v in schema.items()}
+        if (
+            "properties" in schema
+            and "additionalProperties" not in schema
+            and not schema.get("x-kubernetes-preserve-unknown-fields")
+        ):
+            schema["additionalProperties"] = False
+    elif isinstance(schema, list):
+        schema = [_strict(s) for s in schema]
+    return schema
+
+
+@cache
+def validator(crd_path: Path = PYTORCHJOB_CRD, version: str = "v1") -> jsonschema.Validator:
+    crd = yaml.safe_load(crd_path.read_text())
+    (ver,) = [v for v in crd["spec"]["versions"] if v["name"] == version]
+    schema = _strict(copy.deepcopy(ver["schema"]["openAPIV3Schema"]))
+    # metadata is validated by the API server itself, not the CRD schema.
+    schema["properties"]["metadata"] = {"type": "object"}
+    return jsonschema.Draft7Validator(schema)
+
+
+def errors(obj: dict[str, Any]) -> list[str]:
+    return [
+        f"{'.'.join(str(p) for p in e.absolute_path)}: {e.message}"
+        for e in validator().iter_errors(obj)
+    ]
