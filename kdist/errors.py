@@ -15,7 +15,8 @@ class SpecError(KdistError):
     exit_code = 2
 
     def __init__(self, problems: list[str]):
-        self.problems = list(problems)
+        # One line each, whatever the parser's message looked like.
+        self.problems = [" ".join(str(p).split()) for p in problems]
         super().__init__("\n".join(self.problems))
 
 

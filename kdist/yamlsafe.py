@@ -13,6 +13,8 @@ import yaml
 MAX_BYTES = 1 << 20
 MAX_NODES = 20_000
 MAX_DEPTH = 64
+# libyaml when present: the pure-Python scanner takes seconds on a 1 MiB scalar.
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class YamlProblem(ValueError):
@@ -29,8 +31,14 @@ def load_document(data: bytes) -> object:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise YamlProblem(f"file is not UTF-8 text (byte {e.start})") from None
-    loader = yaml.SafeLoader(text)
     try:
+        loader = _Loader(text)
+    except yaml.reader.ReaderError as e:  # refused up front: unprintable characters
+        raise YamlProblem(
+            f"invalid YAML: unprintable character {e.character!r} at character {e.position}"
+        ) from None
+    try:
+        _check_depth(text)
         node = loader.get_single_node()
         if node is None:
             raise YamlProblem("file is empty")
@@ -46,6 +54,25 @@ def load_document(data: bytes) -> object:
         raise YamlProblem(f"document is nested deeper than {MAX_DEPTH} levels") from None
     finally:
         loader.dispose()
+
+
+_OPEN = (yaml.BlockMappingStartToken, yaml.BlockSequenceStartToken,
+         yaml.FlowMappingStartToken, yaml.FlowSequenceStartToken)
+_CLOSE = (yaml.BlockEndToken, yaml.FlowMappingEndToken, yaml.FlowSequenceEndToken)
+
+
+def _check_depth(text: str) -> None:
+    """Refuse deep nesting while scanning: PyYAML's scanner slows down
+    quadratically with flow depth, long before the composer would recurse."""
+    depth = 0
+    for token in yaml.scan(text, Loader=_Loader):
+        if isinstance(token, _OPEN):
+            depth += 1
+            if depth > MAX_DEPTH:
+                line = token.start_mark.line + 1
+                raise YamlProblem(f"line {line}: document is nested deeper than {MAX_DEPTH} levels")
+        elif isinstance(token, _CLOSE):
+            depth -= 1
 
 
 def _check_graph(root: yaml.Node) -> None:
