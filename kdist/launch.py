@@ -244,11 +244,12 @@ def wait_for_master(
                 return
             except OSError as e:
                 problem = f"does not accept TCP connections ({e})"
-        if clock() + delay > deadline:
+        remaining = deadline - clock()
+        if remaining <= 0:
             raise LaunchError(
                 f"master {where} {problem} after {plan.rdzv_timeout_s}s (KDIST_RDZV_TIMEOUT)"
             )
-        sleep(delay)
+        sleep(min(delay, remaining))
         delay = min(2.0, delay * 2)
 
 
@@ -266,6 +267,7 @@ def parse_argv(argv: Sequence[str]) -> tuple[str | None, list[str]]:
         own, rest = argv, []
     parser = argparse.ArgumentParser(
         prog="python -m kdist.launch",
+        usage="python -m kdist.launch [-h] [-m MODULE] -- ARG...",
         description="Start this node's training workers (kdist's container entrypoint).",
         epilog="Everything after -- goes to the module, or is the command to run.",
     )

@@ -4,6 +4,7 @@ a deterministic synthetic data set, the MLP, and sharded batch indices."""
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import signal
@@ -122,6 +123,20 @@ def init_distributed() -> Dist:
     return Dist(rank, world, local_rank, backend, device)
 
 
+def shutdown_distributed(ok: bool) -> None:
+    """Leave the process group while Python is still fully alive.
+
+    DDP and pipeline stages hold the group in reference cycles; left to the
+    interpreter's exit, gloo's threads can be destroyed unjoined and abort the
+    process after a successful run. On success all ranks leave together.
+    """
+    if ok:
+        dist.barrier()
+    gc.collect()
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
 def log_event(event: str, **fields: Any) -> None:
     """Print one JSON log line (DESIGN.md's format) and flush it."""
     sys.stdout.write(json.dumps({"event": event, **fields}) + "\n")
@@ -159,7 +174,8 @@ def mlp_blocks(args: argparse.Namespace) -> list[nn.Module]:
     torch.manual_seed(args.seed)
     widths = [args.features] + [args.hidden] * args.layers
     blocks: list[nn.Module] = [
-        nn.Sequential(nn.Linear(a, b), nn.ReLU()) for a, b in zip(widths, widths[1:])
+        nn.Sequential(nn.Linear(widths[i], widths[i + 1]), nn.ReLU())
+        for i in range(args.layers)
     ]
     blocks.append(nn.Linear(widths[-1], args.classes))
     return blocks

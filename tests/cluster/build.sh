@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds (once, cached by version) every Go component of the test cluster:
 # kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kubectl,
-# etcd, CoreDNS, the Kubeflow training operator and kdist-initwait.
+# etcd, CoreDNS, the Kubeflow training operator, crictl and kdist-initwait.
 # Idempotent: a binary that already exists for the pinned version is not
 # rebuilt. Usage: build.sh [COMPONENT...]   (default: all of them)
 set -euo pipefail
@@ -16,6 +16,7 @@ BIN=$CACHE/bin
 mkdir -p "$BIN" "$CACHE/src"
 
 log() { printf '[build %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+command -v go >/dev/null || { log "ERROR: no Go toolchain (go) on PATH; install Go >= 1.24"; exit 1; }
 
 # Each component gets its own wrapper module: their k8s.io versions differ.
 wrapper() {  # wrapper NAME -> prints a fresh module dir
@@ -101,7 +102,7 @@ build_simple() {  # build_simple NAME MODULE VERSION PACKAGE
   mv "$out.tmp" "$out"
 }
 
-want=${*:-etcd coredns operator initwait kubernetes}
+want=${*:-etcd coredns operator crictl initwait kubernetes}
 for what in $want; do
   case $what in
     kubernetes) build_kubernetes ;;
@@ -109,6 +110,7 @@ for what in $want; do
     coredns) build_simple coredns github.com/coredns/coredns "$COREDNS_VERSION" github.com/coredns/coredns ;;
     operator) build_simple training-operator github.com/kubeflow/training-operator "$TRAINING_OPERATOR_VERSION" \
       github.com/kubeflow/training-operator/cmd/training-operator.v1 ;;
+    crictl) build_simple crictl sigs.k8s.io/cri-tools "$CRICTL_VERSION" sigs.k8s.io/cri-tools/cmd/crictl ;;
     initwait) build_initwait ;;
     *) echo "build.sh: unknown component $what" >&2; exit 2 ;;
   esac

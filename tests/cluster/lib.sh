@@ -94,28 +94,39 @@ start_daemon() {  # start_daemon NAME BINARY ARGS...
   # is right whether or not setsid had to fork. setsid detaches it from the
   # caller's session so it outlives `make`.
   setsid bash -c 'echo $$ > "$0"; exec "$@"' "$RUN/$name.pid" "$exe" "$@" \
-    </dev/null >>"$LOGS/$name.log" 2>&1 &
+    </dev/null >>"$LOGS/$name.log" 2>&1 9>&- &
   local i
   for i in $(seq 50); do daemon_alive "$name" && return 0; sleep 0.1; done
   log_tail "$name"; die "$name did not start"
 }
+
+# A zombie has exited: PID 1 here may take a while to reap it.
+pid_running() { local st; st=$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) && [[ $st != Z ]]; }
 
 stop_daemon() {  # stop_daemon NAME [GRACE_SECONDS]: TERM, then KILL
   local name=$1 grace=${2:-15} pid i
   if pid=$(daemon_pid "$name"); then
     log "stopping $name (pid $pid)"
     kill -TERM "$pid" 2>/dev/null || true
-    for i in $(seq $((grace * 10))); do [[ -d /proc/$pid ]] || break; sleep 0.1; done
-    if [[ -d /proc/$pid ]]; then
+    for i in $(seq $((grace * 10))); do pid_running "$pid" || break; sleep 0.1; done
+    if pid_running "$pid"; then
       log "$name ignored TERM for ${grace}s; killing it"
       kill -KILL "$pid" 2>/dev/null || true
-      for i in $(seq 50); do [[ -d /proc/$pid ]] || break; sleep 0.1; done
+      for i in $(seq 50); do pid_running "$pid" || break; sleep 0.1; done
     fi
   fi
   rm -f "$RUN/$name.pid" "$RUN/$name.exe"
 }
 
 log_tail() { [[ -f $LOGS/$1.log ]] && { echo "--- last lines of $LOGS/$1.log" >&2; tail -n "${2:-25}" "$LOGS/$1.log" >&2; }; return 0; }
+
+# One up.sh / image.sh / down.sh at a time per checkout: holds fd 9 until
+# the script exits (start_daemon closes it for the daemons).
+take_lock() {
+  mkdir -p "$STATE"
+  exec 9>"$STATE/.lock"
+  flock -w 900 9 || die "another harness script held $STATE/.lock for 15 minutes"
+}
 
 # wait_for DESCRIPTION TIMEOUT_S LOGNAME CMD...: run CMD until it succeeds;
 # after TIMEOUT_S fail with the tail of LOGNAME's log.

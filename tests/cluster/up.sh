@@ -21,15 +21,17 @@ preflight() {
   ensure_packages containerd runc containernetworking-plugins iproute2 openssl curl gcc libc6-dev
   # The other cluster's ports and bridge are global: one cluster per machine.
   if [[ -f $OWNER_FILE && $(<"$OWNER_FILE") != "$STATE" ]]; then
-    local other; other=$(<"$OWNER_FILE")
-    if [[ -d $other/run ]] && compgen -G "$other/run/*.pid" >/dev/null; then
-      die "a kdist test cluster from $other is running (its ports and $BRIDGE are global); stop it with: bash $(dirname "$other")/tests/cluster/down.sh"
-    fi
+    local other f; other=$(<"$OWNER_FILE")
+    for f in "$other"/run/*.pid; do
+      [[ -f $f ]] && kill -0 "$(<"$f")" 2>/dev/null &&
+        die "a kdist test cluster from $other is running (its ports and $BRIDGE are global); use its kubeconfig ($other/kubeconfig) or stop it: bash $(dirname "$other")/tests/cluster/down.sh"
+    done
   fi
   echo "$STATE" > "$OWNER_FILE"
   check_routes
   if [[ ! -x $KUBECTL || ! -x $BIN/etcd-$ETCD_VERSION || ! -x $BIN/coredns-$COREDNS_VERSION ||
-        ! -x $BIN/training-operator-$TRAINING_OPERATOR_VERSION || ! -x $INITWAIT_BIN ]]; then
+        ! -x $BIN/training-operator-$TRAINING_OPERATOR_VERSION || ! -x $INITWAIT_BIN ||
+        ! -x $BIN/crictl-$CRICTL_VERSION ]]; then
     log "building cluster binaries (log: $LOGS/build.log; cold: 15-30 min)"
     bash "$CLUSTER_SRC/build.sh" >>"$LOGS/build.log" 2>&1 || { tail -20 "$LOGS/build.log"; die "build.sh failed"; }
   fi
@@ -239,8 +241,9 @@ start_operator() {
 }
 
 main() {
+  require_root
+  take_lock
   preflight
-  mkdir -p "$STATE"
   make_certs
   make_kubeconfigs
   write_configs

@@ -1,0 +1,92 @@
+"""The CLI's cost: a cold `kdist render` against a bare import of its three libraries.
+
+- `kdist render examples/ddp-cpu.yaml` (the console script; `python -m kdist`
+  when it is not on PATH) vs `python -c "import click, jinja2, yaml"`, each a
+  fresh process, interleaved; the ratio of wall times. kdist's own floor is
+  the second command plus pydantic (the spec model) and the template work.
+- whether that render imported torch (`python -X importtime`): it must not.
+- 1,000 distinct specs parsed, validated, rendered and dumped in one process.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bench.harness import (
+    PYTHON,
+    REPO,
+    BenchError,
+    Ctx,
+    Measured,
+    Spec,
+    clean_env,
+    interleave,
+    median,
+    parse_records,
+    ratios,
+    run_cmd,
+)
+
+EXAMPLE = "examples/ddp-cpu.yaml"
+BARE = [PYTHON, "-c", "import click, jinja2, yaml"]
+
+
+def _kdist() -> list[str]:
+    """The console script next to this interpreter (not a pyenv shim: its bash would be
+    counted against kdist); `python -m kdist` when there is none."""
+    script = Path(PYTHON).parent / "kdist"
+    return [str(script)] if script.is_file() else [PYTHON, "-m", "kdist"]
+
+
+FIGURES = [
+    Spec("cli.render_vs_bare_imports", "cold `kdist render` / bare `import click, jinja2, yaml`",
+         "x", f"kdist render {EXAMPLE} (fresh process)",
+         'python -c "import click, jinja2, yaml" (fresh process)', "<= 2.5", 2.5,
+         higher_is_better=False),
+    Spec("cli.render_s", "cold `kdist render`, wall", "s", f"kdist render {EXAMPLE}",
+         "(absolute)"),
+    Spec("cli.render_imports_torch", "modules named torch* imported by `kdist render`", "modules",
+         f"python -X importtime -m kdist render {EXAMPLE}", "(must be 0)", "== 0", 0,
+         higher_is_better=False),
+    Spec("cli.render_specs_per_s", "specs rendered per second, one process", "specs/s",
+         "python -m bench.render_many 1000 (parse + validate + render + YAML dump)",
+         "(absolute)"),
+]
+
+
+def _wall(cmd: list[str]) -> float:
+    return run_cmd(cmd, env=clean_env(), timeout=60)[2]
+
+
+def _torch_modules() -> int:
+    _, out, _ = run_cmd([PYTHON, "-X", "importtime", "-m", "kdist", "render", EXAMPLE],
+                        env=clean_env(), timeout=60)
+    names = {line.rsplit("|", 1)[-1].strip() for line in out.splitlines()
+             if line.startswith("import time:")}
+    return sum(1 for n in names if n == "torch" or n.startswith("torch."))
+
+
+def _render_many(n: int) -> float:
+    _, out, _ = run_cmd([PYTHON, "-m", "bench.render_many", str(n)], env=clean_env(), timeout=300)
+    recs = [r for r in parse_records(out) if r["event"] == "render"]
+    if not recs:
+        raise BenchError(f"bench.render_many printed no result:\n{out[-2000:]}")
+    return recs[0]["specs"] / recs[0]["seconds"]
+
+
+def run(ctx: Ctx) -> dict[str, Measured]:
+    kdist = [*_kdist(), "render", str(REPO / EXAMPLE)]
+    _wall(kdist)  # warm the page cache and .pyc files once, unmeasured
+    pairs = 5 if ctx.quick else 7
+    v = interleave({"kdist render": lambda: _wall(kdist), "bare imports": lambda: _wall(BARE)},
+                   pairs, ctx.say)
+    n = 300 if ctx.quick else 1000
+    rates = [_render_many(n) for _ in range(3)]
+    r = ratios(v["kdist render"], v["bare imports"])
+    note = f"{pairs} interleaved pairs; bare imports median {median(v['bare imports']):.3f} s"
+    return {
+        "cli.render_vs_bare_imports": Measured(median(r), r, note),
+        "cli.render_s": Measured(median(v["kdist render"]), v["kdist render"]),
+        "cli.render_imports_torch": Measured(float(_torch_modules()), []),
+        "cli.render_specs_per_s": Measured(median(rates), rates, f"{n} specs per run, 3 runs"),
+    }

@@ -1,0 +1,137 @@
+"""Pipeline parallelism: p = 2 stages, m micro-batches, against the unsplit model.
+
+Throughput, interleaved per round (unsplit, GPipe, 1F1B, ...):
+
+- unsplit: ``python -m bench.unsplit``, kdist's MLP whole in one process, 1 thread;
+- ``python -m kdist.launch --module kdist.workloads.pipeline -- --schedule S
+  --microbatches m``, 2 processes (one stage each), 1 thread each.
+
+With balanced stages and free communication, p stages on p cores do the unsplit
+model's work at p x m/(m+p-1) its speed (the rest is the bubble): that is the
+bound each schedule is held to. The MLP is 6 blocks (64-1024x5-10) so that the
+2 stages carry the same 2 of 4 big layers each.
+
+Memory: one short run of each under ``bench.memprobe`` (torch profiler, CPU
+allocator events): the peak tensor bytes each process held, per stage and for
+the unsplit model, on a small data set so the data does not dominate.
+"""
+
+from __future__ import annotations
+
+from bench.harness import (
+    PYTHON,
+    BenchError,
+    Ctx,
+    Measured,
+    Spec,
+    clean_env,
+    free_port,
+    interleave,
+    median,
+    ratios,
+    run_json,
+    steady_rate,
+)
+
+P = 2
+M = 4
+BOUND = P * M / (M + P - 1)
+SHAPE = ["--layers", "5", "--hidden", "1024", "--batch-size", "256"]
+MODEL = "MLP 64-1024x5-10 (4.3M params), batch 256, SGD momentum"
+UNSPLIT = "python -m bench.unsplit (whole model, 1 process, 1 thread)"
+
+
+def _pipe(schedule: str) -> str:
+    return (f"python -m kdist.launch --module kdist.workloads.pipeline -- --schedule {schedule} "
+            f"--microbatches {M} (p={P} stages, 1 thread each, gloo)")
+
+
+def _specs() -> list[Spec]:
+    out = []
+    for s, label in (("gpipe", "GPipe"), ("1f1b", "1F1B")):
+        out += [
+            Spec(f"pipeline.{s}_vs_unsplit", f"{label} p={P} m={M} throughput / unsplit", "x",
+                 f"{_pipe(s)}; {MODEL}", UNSPLIT, f"bound p*m/(m+p-1) = {BOUND:.2f}"),
+            Spec(f"pipeline.{s}_of_bound", f"{label} throughput / the bubble bound", "fraction",
+                 f"pipeline.{s}_vs_unsplit", f"{BOUND:.2f} (p*m/(m+p-1), p={P}, m={M})",
+                 ">= 0.90", 0.9),
+            Spec(f"pipeline.{s}_peak_mem_vs_unsplit",
+                 f"{label} peak tensor memory, largest stage / unsplit", "fraction",
+                 f"bench.memprobe around {_pipe(s)}", f"bench.memprobe around {UNSPLIT}",
+                 "<= 0.60", 0.6, higher_is_better=False),
+        ]
+    out += [
+        Spec("pipeline.1f1b_vs_gpipe", f"1F1B / GPipe throughput, p={P} m={M}", "x",
+             _pipe("1f1b"), _pipe("gpipe")),
+        Spec("pipeline.unsplit_samples_per_s", "unsplit model throughput, 1 thread", "samples/s",
+             UNSPLIT, "(absolute)"),
+        Spec("pipeline.unsplit_peak_mem_mib", "unsplit model peak tensor memory", "MiB",
+             f"bench.memprobe around {UNSPLIT}", "(absolute; params + grads + momentum = "
+             "3 x 16.3 MiB)"),
+    ]
+    return out
+
+
+FIGURES = _specs()
+
+
+def _unsplit(steps: int, extra: list[str], probe: bool = False) -> list[dict]:
+    cmd = [PYTHON, "-m", *(["bench.memprobe"] if probe else []), "bench.unsplit", *SHAPE,
+           *extra, "--max-steps", str(steps)]
+    return run_json(cmd, env=clean_env(1)).records
+
+
+def _pipeline(schedule: str, steps: int, extra: list[str], probe: bool = False) -> list[dict]:
+    env = clean_env(1, KDIST_NNODES="1", KDIST_NPROC_PER_NODE=str(P),
+                    KDIST_MASTER_ADDR="127.0.0.1", KDIST_MASTER_PORT=str(free_port()),
+                    KDIST_DIST_BACKEND="gloo", KDIST_JOB_NAME="bench-pipeline")
+    module = ["bench.memprobe", "--", "kdist.workloads.pipeline"] if probe else \
+        ["kdist.workloads.pipeline", "--"]
+    cmd = [PYTHON, "-m", "kdist.launch", "--module", *module, *SHAPE, *extra,
+           "--schedule", schedule, "--microbatches", str(M), "--max-steps", str(steps),
+           "--checkpoint-every", "0"]
+    return run_json(cmd, env=env).records
+
+
+def _rate(records: list[dict]) -> float:
+    from bench.harness import Run
+
+    return steady_rate(Run(records, 0.0, str(records[-3:])))
+
+
+def _peaks(records: list[dict]) -> dict[int, int]:
+    peaks = {r["rank"]: r["peak_bytes"] for r in records if r.get("event") == "memory"}
+    if not peaks:
+        raise BenchError(f"no memory line from bench.memprobe: {records[-3:]}")
+    return peaks
+
+
+def run(ctx: Ctx) -> dict[str, Measured]:
+    steps, every = (20, 4) if ctx.quick else (30, 5)
+    timing = ["--log-every", str(every)]
+    v = interleave({
+        "unsplit": lambda: _rate(_unsplit(steps, timing)),
+        "gpipe": lambda: _rate(_pipeline("gpipe", steps, timing)),
+        "1f1b": lambda: _rate(_pipeline("1f1b", steps, timing)),
+    }, ctx.rounds, ctx.say)
+    small = ["--dataset-size", "2048", "--log-every", "2"]
+    ctx.say("    memory: one profiled run each (unsplit, gpipe, 1f1b)")
+    unsplit_peak = _peaks(_unsplit(4, small, probe=True))[0]
+    out: dict[str, Measured] = {}
+    note = f"{steps} steps per run, first {every} skipped; {ctx.rounds} interleaved rounds"
+    for s in ("gpipe", "1f1b"):
+        speedups = ratios(v[s], v["unsplit"])
+        out[f"pipeline.{s}_vs_unsplit"] = Measured(median(speedups), speedups, note)
+        out[f"pipeline.{s}_of_bound"] = Measured(median(speedups) / BOUND,
+                                                 [x / BOUND for x in speedups])
+        peaks = _peaks(_pipeline(s, 4, small, probe=True))
+        per_stage = ", ".join(f"stage {r}: {b / 2**20:.1f} MiB" for r, b in sorted(peaks.items()))
+        out[f"pipeline.{s}_peak_mem_vs_unsplit"] = Measured(
+            max(peaks.values()) / unsplit_peak, [b / unsplit_peak for b in peaks.values()],
+            f"{per_stage}; unsplit {unsplit_peak / 2**20:.1f} MiB (peak tensor bytes, "
+            "torch profiler CPU allocator events)")
+    out["pipeline.1f1b_vs_gpipe"] = Measured(median(ratios(v["1f1b"], v["gpipe"])),
+                                             ratios(v["1f1b"], v["gpipe"]))
+    out["pipeline.unsplit_samples_per_s"] = Measured(median(v["unsplit"]), v["unsplit"])
+    out["pipeline.unsplit_peak_mem_mib"] = Measured(unsplit_peak / 2**20, [])
+    return out

@@ -1,0 +1,205 @@
+"""``kdist run --local``: a job as local process groups, one per node.
+
+Each node is the pod's own container command (``python -m kdist.launch
+...``) with the pod's environment contract and master 127.0.0.1, started in
+its own session so that it and only it can be signalled as a group. Output
+lines come back prefixed ``[rank N] `` (the launcher prefixes worker lines
+when ``KDIST_LOG_PREFIX`` is set) or ``[node I] `` (the launcher's own lines).
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+from kdist.errors import UsageError
+
+LOCAL_MASTER = "127.0.0.1"
+# How long the other nodes get to fail on their own once one has failed (their
+# peer is gone, so gloo fails them at once), and how long a signalled launcher
+# gets to stop its workers (torch's agent waits up to 15 s before SIGKILL).
+FAIL_GRACE_S = 10.0
+STOP_GRACE_S = 20.0
+
+
+def run_local(job: Any, *, stdout: IO[str] | None = None) -> int:
+    """Run ``job`` as ``job.spec.nodes`` local launchers; return the job's exit code.
+
+    The exit code is the first non-zero one a node exits with (0 when all
+    succeed). Raises ``UsageError`` when the spec's port is taken here.
+    """
+    from kdist import contract
+
+    argv = list(contract.launch_argv(job))
+    envs = [
+        local_env(contract.env_contract(job, node_rank=i, master_addr=LOCAL_MASTER))
+        for i in range(job.spec.nodes)
+    ]
+    port = int(envs[0].get("KDIST_MASTER_PORT", "29500"))
+    ensure_port_free(port)
+    return run_nodes(argv, envs, stdout=stdout)
+
+
+def local_env(contract_env: Mapping[str, str]) -> dict[str, str]:
+    """This process's environment plus the pod's contract, as a local node sees it."""
+    env = {**os.environ, **contract_env, "KDIST_LOG_PREFIX": "1", "PYTHONUNBUFFERED": "1"}
+    # A source checkout (not an installed kdist) must stay importable for the
+    # launcher and its workers, whatever their working directory.
+    root = str(Path(__file__).resolve().parent.parent)
+    if "site-packages" not in root and root not in env.get("PYTHONPATH", "").split(os.pathsep):
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    return env
+
+
+def ensure_port_free(port: int) -> None:
+    """Raise ``UsageError`` when something already listens on ``port`` here."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        # REUSEADDR: a port in TIME_WAIT from the previous run is free to use.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("", port))
+        except OSError as e:
+            raise UsageError(
+                f"port {port} (spec.distributed.port) is in use on this machine ({e.strerror}); "
+                "stop what holds it or choose another port for the local run"
+            ) from None
+
+
+def _python(argv: Sequence[str]) -> list[str]:
+    argv = list(argv)
+    if argv and argv[0] in ("python", "python3"):
+        argv[0] = sys.executable
+    return argv
+
+
+def _pump(proc: subprocess.Popen[bytes], node: int, out: IO[str], lock: threading.Lock) -> None:
+    assert proc.stdout is not None
+    writable = True
+    for raw in proc.stdout:  # read to the end even when `out` is gone: a full pipe blocks
+        if not writable:
+            continue
+        line = raw.decode("utf-8", errors="replace")
+        if not line.startswith("[rank "):
+            line = f"[node {node}] {line}"
+        if not line.endswith("\n"):
+            line += "\n"
+        with lock:
+            try:
+                out.write(line)
+                out.flush()
+            except (OSError, ValueError):  # a closed pipe or file: keep the job running
+                writable = False
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every live process below ``pid`` (workers run in sessions of their own)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                # "pid (comm) state ppid ...": comm may hold spaces, so split after ")".
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _kill_tree(proc: subprocess.Popen[bytes]) -> None:
+    for pid in _descendants(proc.pid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    _signal_group(proc, signal.SIGKILL)
+
+
+def _stop(procs: list[subprocess.Popen[bytes]], sig: signal.Signals, grace_s: float) -> None:
+    """Signal every still-running launcher, then SIGKILL whatever outlives ``grace_s``."""
+    for proc in procs:
+        if proc.poll() is None:
+            _signal_group(proc, sig)
+    for proc in procs:
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            _kill_tree(proc)
+            proc.wait()
+
+
+def run_nodes(
+    argv: Sequence[str],
+    envs: Sequence[Mapping[str, str]],
+    *,
+    stdout: IO[str] | None = None,
+    fail_grace_s: float = FAIL_GRACE_S,
+    stop_grace_s: float = STOP_GRACE_S,
+) -> int:
+    """Start one ``argv`` per env (node), stream their output, return the job's exit code.
+
+    When a node fails, the others get ``fail_grace_s`` to fail or finish on
+    their own before they are stopped. Ctrl-C stops every node's process
+    group (SIGINT, then SIGKILL after ``stop_grace_s``).
+    """
+    out = stdout if stdout is not None else sys.stdout
+    lock = threading.Lock()
+    exits: queue.Queue[tuple[int, int]] = queue.Queue()
+    procs: list[subprocess.Popen[bytes]] = []
+    threads: list[threading.Thread] = []
+    code = 0
+    try:
+        for node, env in enumerate(envs):
+            proc = subprocess.Popen(
+                _python(argv), env=dict(env), stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+            )
+            procs.append(proc)
+            pump = threading.Thread(target=_pump, args=(proc, node, out, lock), daemon=True)
+            pump.start()
+            threads.append(pump)
+            threading.Thread(
+                target=lambda p=proc, n=node: exits.put((n, p.wait())), daemon=True
+            ).start()
+        pending = len(procs)
+        while pending:
+            timeout = fail_grace_s if code else None
+            try:
+                _, rc = exits.get(timeout=timeout)
+            except queue.Empty:
+                break  # a node failed and the rest did not follow in time
+            pending -= 1
+            if rc and not code:
+                code = 128 - rc if rc < 0 else rc
+        _stop(procs, signal.SIGTERM, stop_grace_s)
+    except KeyboardInterrupt:
+        _stop(procs, signal.SIGINT, stop_grace_s)
+        code = code or 128 + signal.SIGINT
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                _kill_tree(proc)
+        for pump in threads:
+            pump.join(timeout=5)
+    return code

@@ -1,0 +1,250 @@
+"""Showing a job: live progress while it runs, and the `status`/`list` tables.
+
+On a terminal, progress is a rich Live table (per rank: pod, phase,
+restarts, step with a bar toward --max-steps, loss; elapsed in the title),
+with warnings and log lines printed above it. When stdout is not a
+terminal, it is plain lines, one each time a rank's state changes.
+`rich` is imported only here, inside functions.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import IO, Any
+
+from kdist.watch import JobState, RankState, parse_time
+
+SPARK = "▁▂▃▄▅▆▇█"
+STEP_EVERY = 5.0  # seconds between plain progress lines that only report a new step
+
+
+def sparkline(values: list[float], width: int = 24) -> str:
+    """The last `width` values as block characters, low to high."""
+    values = values[-width:]
+    if not values:
+        return ""
+    lo, hi = min(values), max(values)
+    span = hi - lo
+    return "".join(SPARK[int((v - lo) / span * (len(SPARK) - 1)) if span else 0] for v in values)
+
+
+def duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    s = int(max(0, seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+def job_elapsed(state: JobState, now: float | None = None) -> float | None:
+    """Seconds from the job's creation to its end (or to now while it runs)."""
+    start = parse_time(state.created)
+    if start is None:
+        return None
+    end = parse_time(state.finished) if state.finished else None
+    return (end or now or time.time()) - start
+
+
+def _step_text(r: RankState, max_steps: int | None) -> str:
+    if r.step is None:
+        return "-"
+    return f"{r.step}/{max_steps}" if max_steps else str(r.step)
+
+
+def _loss_text(r: RankState) -> str:
+    return "-" if r.loss is None else f"{r.loss:.4g}"
+
+
+def _phase_text(r: RankState, state: JobState | None = None) -> str:
+    phase = state.rank_phase(r) if state is not None else r.phase
+    return f"{phase} ({r.reason})" if r.reason and r.reason not in (phase, "Completed") \
+        else phase
+
+
+def _is_tty(stream: IO[str]) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+class PlainDisplay:
+    """One line per change of a rank's state; log lines as `[rank N] ...`."""
+
+    def __init__(self, out: IO[str] = sys.stdout, err: IO[str] = sys.stderr,
+                 echo_logs: bool = False) -> None:
+        self.out, self.err, self.echo_logs = out, err, echo_logs
+        self.started = time.monotonic()
+        self._last: dict[int, tuple[Any, int | None, float]] = {}
+
+    def _print(self, text: str, err: bool = False) -> None:
+        stream = self.err if err else self.out
+        print(text, file=stream, flush=True)
+
+    def start(self, state: JobState) -> None:
+        self._print(f"watching {state.kind or 'job'} {state.namespace}/{state.name} "
+                    f"(Ctrl-C stops watching; the job keeps running)")
+
+    def update(self, state: JobState) -> None:
+        now = time.monotonic()
+        elapsed = duration(now - self.started)
+        for r in sorted(state.ranks.values(), key=lambda r: r.rank):
+            key = (r.pod, _phase_text(r), r.restarts)
+            last_key, last_step, last_time = self._last.get(r.rank, (None, None, 0.0))
+            if not r.pod or (key, r.step) == (last_key, last_step):
+                continue
+            # A new step alone is printed at most every STEP_EVERY seconds (and the last one).
+            if key == last_key and now - last_time < STEP_EVERY and r.step != state.max_steps:
+                continue
+            self._last[r.rank] = (key, r.step, now)
+            line = f"[{elapsed:>6}] rank {r.rank} pod {r.pod} {_phase_text(r)}"
+            if r.restarts:
+                line += f" restarts {r.restarts}"
+            if r.step is not None:
+                line += f" step {_step_text(r, state.max_steps)} loss {_loss_text(r)}"
+            self._print(line)
+
+    def tick(self, state: JobState) -> None:
+        pass
+
+    def warning(self, text: str) -> None:
+        self._print(f"warning: {text}", err=True)
+
+    def log(self, rank: int | None, line: str) -> None:
+        if self.echo_logs:
+            self._print(f"[rank {'?' if rank is None else rank}] {line}")
+
+    def message(self, text: str) -> None:
+        self._print(text)
+
+    def stop(self) -> None:
+        pass
+
+
+class LogDisplay(PlainDisplay):
+    """`kdist logs -f`: log lines on stdout, warnings on stderr, no progress lines."""
+
+    def __init__(self) -> None:
+        super().__init__(echo_logs=True)
+
+    def start(self, state: JobState) -> None:
+        pass
+
+    def update(self, state: JobState) -> None:
+        pass
+
+
+class LiveDisplay(PlainDisplay):
+    """A rich Live table, redrawn in place; warnings and logs scroll above it."""
+
+    def __init__(self, echo_logs: bool = False) -> None:
+        super().__init__(echo_logs=echo_logs)
+        from rich.console import Console
+        from rich.live import Live
+
+        self.console = Console()
+        self._state: JobState | None = None
+        self.live = Live(console=self.console, get_renderable=self._render,
+                         refresh_per_second=4, transient=False)
+
+    def start(self, state: JobState) -> None:
+        self._state = state
+        self.live.start()
+
+    def update(self, state: JobState) -> None:
+        self._state = state
+
+    def tick(self, state: JobState) -> None:
+        self._state = state
+
+    def _render(self) -> Any:
+        from rich.text import Text
+
+        if self._state is None:
+            return Text("")
+        elapsed = duration(time.monotonic() - self.started)
+        return progress_table(self._state, title=f"{self._state.kind or 'job'} "
+                              f"{self._state.namespace}/{self._state.name}: "
+                              f"{self._state.phase}, {elapsed}")
+
+    def _print(self, text: str, err: bool = False) -> None:
+        from rich.text import Text
+
+        style = "yellow" if err else None
+        self.live.console.print(Text(text, style=style), soft_wrap=True)
+
+    def stop(self) -> None:
+        self.live.stop()
+
+
+def make_display(echo_logs: bool = False) -> PlainDisplay:
+    """Live progress on a terminal, plain lines otherwise."""
+    return LiveDisplay(echo_logs) if _is_tty(sys.stdout) else PlainDisplay(echo_logs=echo_logs)
+
+
+# ---- tables ---------------------------------------------------------------------------------
+
+
+def progress_table(state: JobState, title: str) -> Any:
+    from rich.progress_bar import ProgressBar
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left", box=None, pad_edge=False)
+    for col in ("rank", "pod", "phase", "restarts", "step", "", "loss"):
+        table.add_column(col, no_wrap=True)
+    for r in sorted(state.ranks.values(), key=lambda r: r.rank):
+        bar: Any = ""
+        if state.max_steps and r.step is not None:
+            bar = ProgressBar(total=state.max_steps, completed=min(r.step, state.max_steps),
+                              width=20)
+        table.add_row(str(r.rank), r.pod or "-", _phase_text(r), str(r.restarts),
+                      _step_text(r, state.max_steps), bar, _loss_text(r))
+    return table
+
+
+def print_status(state: JobState) -> None:
+    """`kdist status`: the job's line, then a table per rank with a loss sparkline."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=None if _is_tty(sys.stdout) else 200, highlight=False)
+    head = (f"{state.kind} {state.namespace}/{state.name}: {state.phase}  "
+            f"nodes {state.nodes or '-'}  elapsed {duration(job_elapsed(state))}")
+    if state.reason and state.outcome:
+        head += f"  ({state.reason}{': ' + state.message if state.message else ''})"
+    console.print(head, markup=False)
+    if state.outcome == "Failed" and state.first_failure() is not None:
+        console.print(state.failure_line(), markup=False)
+    table = Table(box=None, pad_edge=False)
+    for col in ("RANK", "POD", "PHASE", "RESTARTS", "STEP", "LOSS", "LOSS HISTORY", "NODE"):
+        table.add_column(col, no_wrap=True)
+    for r in sorted(state.ranks.values(), key=lambda r: r.rank):
+        table.add_row(str(r.rank), r.pod or "-", _phase_text(r, state), str(r.restarts),
+                      _step_text(r, state.max_steps), _loss_text(r), sparkline(r.losses),
+                      r.node or "-")
+    console.print(table)
+
+
+def print_jobs(rows: list[dict[str, Any]], all_namespaces: bool) -> None:
+    """`kdist list`: one row per job of either backend."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=None if _is_tty(sys.stdout) else 200, highlight=False)
+    if not rows:
+        console.print("no kdist jobs found", markup=False)
+        return
+    table = Table(box=None, pad_edge=False)
+    cols = (["NAMESPACE"] if all_namespaces else []) + ["NAME", "BACKEND", "NODES", "PHASE",
+                                                         "AGE"]
+    for col in cols:
+        table.add_column(col, no_wrap=True)
+    for row in rows:
+        cells = [row["namespace"]] if all_namespaces else []
+        table.add_row(*cells, row["name"], row["backend"], str(row["nodes"] or "-"),
+                      row["phase"], duration(row["age"]))
+    console.print(table)

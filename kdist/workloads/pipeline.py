@@ -1,0 +1,221 @@
+"""Pipeline-parallel training: ``python -m kdist.workloads.pipeline [FLAGS]``.
+
+The MLP of ``kdist.workloads.common.mlp_blocks`` is cut into ``--stages``
+contiguous stages (default: one per rank), one stage per rank, and driven by
+``torch.distributed.pipelining`` with ``--microbatches`` micro-batches per
+step under the GPipe or 1F1B schedule (``--schedule``). When the world size
+is a multiple of the stage count, the ranks form ``world / stages``
+pipelines (DP x PP): rank r runs stage ``r % stages`` of pipeline
+``r // stages``; each pipeline gets its own shard of the data
+(``--batch-size`` per pipeline) and the stage's gradients are averaged over
+the pipelines before the optimizer step. The loss and gradients equal those
+of the unsplit model on the union of the pipelines' batches.
+
+Every rank prints the JSON lines of DESIGN.md; the loss (computed on the
+last stage) is broadcast along the pipeline at log steps only. Each stage
+checkpoints its own shard (``stage-S.pt``, written by pipeline 0) into the
+same ``step-N/`` directory; resuming needs every stage's rank to see the
+checkpoint directory (one shared volume, or one pod).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+from torch.distributed.elastic.multiprocessing.errors import record
+from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+
+from kdist.checkpoint import Checkpointer
+from kdist.workloads.common import (
+    DEFAULT_PG_TIMEOUT_S,
+    Dist,
+    Meter,
+    ShardedBatches,
+    add_common_args,
+    check_args,
+    init_distributed,
+    log_event,
+    make_dataset,
+    maybe_inject_fault,
+    mlp_blocks,
+    shutdown_distributed,
+)
+
+SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m kdist.workloads.pipeline",
+        description="Pipeline-parallel (optionally DP x PP) training of an MLP.",
+    )
+    add_common_args(parser)
+    parser.add_argument("--schedule", choices=sorted(SCHEDULES), default="1f1b",
+                        help="pipeline schedule (default 1f1b)")
+    parser.add_argument("--microbatches", type=int, default=4,
+                        help="micro-batches per step; must divide --batch-size (default 4)")
+    parser.add_argument("--stages", type=int, default=0,
+                        help="pipeline stages; the world size must be a multiple (default: "
+                             "the world size, i.e. one pipeline)")
+    return parser
+
+
+def stage_bounds(blocks: int, stages: int, stage: int) -> tuple[int, int]:
+    """Blocks [start, stop) of ``stage`` when ``blocks`` are cut into ``stages`` near-even runs."""
+    base, extra = divmod(blocks, stages)
+    start = stage * base + min(stage, extra)
+    return start, start + base + (1 if stage < extra else 0)
+
+
+def split_model(args: argparse.Namespace, stages: int, stage: int) -> nn.Sequential:
+    """This stage's part of the (seeded, so identical everywhere) MLP."""
+    blocks = mlp_blocks(args)
+    start, stop = stage_bounds(len(blocks), stages, stage)
+    return nn.Sequential(*blocks[start:stop])
+
+
+class Layout:
+    """Which pipeline and stage this rank is, and the groups it talks in."""
+
+    def __init__(self, d: Dist, stages: int, timeout: timedelta):
+        self.stages = stages
+        self.replicas = d.world_size // stages
+        self.stage = d.rank % stages
+        self.replica = d.rank // stages
+        self.first = self.stage == 0
+        self.last = self.stage == stages - 1
+        self.last_rank = self.replica * stages + stages - 1
+        self.pp_group = None
+        self.dp_group = None
+        # new_group is collective: every rank creates every group, in one order.
+        if self.replicas > 1:
+            for r in range(self.replicas):
+                group = dist.new_group(list(range(r * stages, (r + 1) * stages)), timeout=timeout)
+                if r == self.replica:
+                    self.pp_group = group
+            for s in range(stages):
+                ranks = [r * stages + s for r in range(self.replicas)]
+                group = dist.new_group(ranks, timeout=timeout)
+                if s == self.stage:
+                    self.dp_group = group
+
+
+def average_gradients(module: nn.Module, group, replicas: int) -> None:
+    """All-reduce the stage's gradients over the pipelines, as one flat buffer."""
+    grads = [p.grad for p in module.parameters() if p.grad is not None]
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    dist.all_reduce(flat, group=group)
+    flat /= replicas
+    offset = 0
+    for g in grads:
+        g.copy_(flat[offset : offset + g.numel()].view_as(g))
+        offset += g.numel()
+
+
+def _check(parser: argparse.ArgumentParser, args: argparse.Namespace, world: int) -> int:
+    stages = args.stages or world
+    if stages < 1 or world % stages:
+        parser.error(f"--stages {stages} does not divide the world size {world}")
+    if stages > args.layers + 1:
+        parser.error(f"--stages {stages} is more than the model's {args.layers + 1} blocks")
+    if args.microbatches < 1 or args.batch_size % args.microbatches:
+        parser.error(f"--microbatches {args.microbatches} must divide --batch-size")
+    return stages
+
+
+def train(args: argparse.Namespace, d: Dist, stages: int) -> None:
+    timeout = timedelta(seconds=int(os.environ.get("KDIST_PG_TIMEOUT", DEFAULT_PG_TIMEOUT_S)))
+    lay = Layout(d, stages, timeout)
+    x, y = (t.to(d.device) for t in make_dataset(args.seed, args.dataset_size,
+                                                 args.features, args.classes))
+    module = split_model(args, stages, lay.stage).to(d.device)
+    opt = torch.optim.SGD(module.parameters(), lr=args.lr, momentum=args.momentum)
+    shard = f"stage-{lay.stage}"
+    ckpt = Checkpointer(args.checkpoint_dir, keep=args.keep_checkpoints) \
+        if args.checkpoint_dir else None
+    start, loss = 0, None
+    loaded = ckpt.load([shard], device=d.device) if ckpt else None
+    if loaded is not None:
+        if loaded.meta.get("stages") != stages:
+            sys.exit(f"kdist: checkpoint {loaded.name} has {loaded.meta.get('stages')} "
+                     f"stages, this run {stages}")
+        module.load_state_dict(loaded.shards[shard]["model"])
+        opt.load_state_dict(loaded.shards[shard]["optimizer"])
+        torch.set_rng_state(loaded.shards[shard]["rng"])
+        start, loss = loaded.step, loaded.meta.get("loss")
+        log_event("resume", step=start, checkpoint=loaded.name, rank=d.rank,
+                  world_size=d.world_size)
+
+    # Shapes are inferred at the first step (this exchange needs numpy installed).
+    # Static shapes (input_args/output_args) gave wrong gradients on torch 2.15.
+    stage = PipelineStage(module, lay.stage, stages, d.device, group=lay.pp_group)
+    schedule = SCHEDULES[args.schedule](stage, args.microbatches, loss_fn=F.cross_entropy)
+    batches = ShardedBatches(args.dataset_size, args.batch_size, lay.replicas, lay.replica,
+                             args.seed, d.device)
+    meter = Meter(d.device, args.batch_size * lay.replicas)
+    saved = start
+
+    def save(step: int) -> None:
+        state = {"model": module.state_dict(), "optimizer": opt.state_dict(),
+                 "rng": torch.get_rng_state()}
+        mine = {shard: state} if lay.replica == 0 else {}
+        path = ckpt.save(step, mine, {"loss": loss, "stages": stages})
+        if d.rank == 0:
+            log_event("checkpoint", step=step, path=str(path), rank=d.rank,
+                      world_size=d.world_size)
+        meter.pause_clock()
+
+    for step in range(start + 1, args.max_steps + 1):
+        idx = batches.indices(step - 1)
+        opt.zero_grad(set_to_none=True)
+        losses: list[torch.Tensor] = []
+        inputs = (x.index_select(0, idx),) if lay.first else ()
+        target = y.index_select(0, idx) if lay.last else None
+        if lay.last:
+            schedule.step(*inputs, target=target, losses=losses)
+        else:
+            schedule.step(*inputs)
+        if lay.replicas > 1:
+            average_gradients(module, lay.dp_group, lay.replicas)
+        opt.step()
+        meter.add(torch.stack(losses).mean() if lay.last else torch.zeros((), device=d.device))
+        if step % args.log_every == 0 or step == args.max_steps:
+            # Only the last stage knows the loss; meter.total is the interval's sum.
+            dist.broadcast(meter.total, src=lay.last_rank, group=lay.pp_group)
+            loss, rate = meter.read()
+            log_event("step", step=step, loss=loss, samples_per_s=rate, rank=d.rank,
+                      world_size=d.world_size)
+        maybe_inject_fault(d.rank, step)
+        if ckpt and args.checkpoint_every and step % args.checkpoint_every == 0:
+            save(step)
+            saved = step
+    if ckpt and saved < args.max_steps:
+        save(args.max_steps)
+    log_event("done", step=max(start, args.max_steps), loss=loss, rank=d.rank,
+              world_size=d.world_size)
+
+
+@record
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    check_args(parser, args)
+    d = init_distributed()
+    ok = False
+    try:
+        train(args, d, _check(parser, args, d.world_size))
+        ok = True
+    finally:
+        shutdown_distributed(ok)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,191 @@
+#!/usr/bin/env bash
+# Builds the CPU training image kdist-train:dev-cpu from image/Dockerfile and
+# loads it into the test cluster's containerd. No registry is involved: the
+# base is a local debootstrap of Debian bookworm (cached), the wheels come
+# from $KDIST_CACHE/wheels (downloaded once), Docker runs locally.
+# Cached by content: when the image in containerd already carries the hash of
+# its inputs (image/, kdist/, pyproject.toml, this script, versions.env),
+# nothing is done. Needs the cluster up (up.sh).
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+LOG_TAG=image
+START=$SECONDS
+
+IMAGE=kdist-train:dev-cpu
+IMAGE_REF=docker.io/library/$IMAGE
+HASH_LABEL=kdist.content-hash
+DOCKER=/usr/bin/docker   # the CLI that ships with the daemon (docker.io 20.10)
+WHEELS=$CACHE/wheels
+BUILD=$STATE/image-build
+BASE_PACKAGES=python3,python3-venv,python3-pip,ca-certificates
+DOCKERFILE=${KDIST_DOCKERFILE:-$REPO/image/Dockerfile}
+
+docker_() { "$DOCKER" --host "unix://$DOCKER_SOCK" "$@"; }
+
+# The hash of everything the image is made of. The wheel set is a function
+# of pyproject.toml and TORCH_VERSION, both hashed.
+content_hash() {
+  (
+    cd "$REPO"
+    find image kdist pyproject.toml README.md "$DOCKERFILE" \
+      tests/cluster/image.sh tests/cluster/versions.env -type f \
+      ! -name '*.pyc' ! -path '*/__pycache__/*' 2>/dev/null | LC_ALL=C sort -u | xargs sha256sum || true
+    echo "$BASE_PACKAGES"
+  ) | sha256sum | cut -c1-16
+}
+
+loaded_hash() {
+  ctr_ images ls "name==$IMAGE_REF" 2>/dev/null | awk -v l="$HASH_LABEL=" 'NR > 1 {
+    n = split($NF, kv, ","); for (i = 1; i <= n; i++) if (index(kv[i], l) == 1) print substr(kv[i], length(l) + 1) }'
+}
+
+# The config digest (= Docker's image ID) of the image containerd has.
+loaded_image_id() {
+  local manifest
+  manifest=$(ctr_ images ls "name==$IMAGE_REF" 2>/dev/null | awk 'NR == 2 {print $3}')
+  [[ -n $manifest ]] || return 0
+  ctr_ content get "$manifest" | python3 -c 'import json, sys; print(json.load(sys.stdin)["config"]["digest"])'
+}
+
+start_dockerd() {
+  docker_ info >/dev/null 2>&1 && return 0
+  daemon_alive dockerd || {
+    log "starting dockerd (data in $DOCKER_ROOT)"
+    mkdir -p "$DOCKER_ROOT" "$STATE/docker"
+    # No iptables, no bridge, no forwarding: builds use the host network
+    # (--network host) and no container gets a network of its own.
+    start_daemon dockerd /usr/sbin/dockerd --host "unix://$DOCKER_SOCK" \
+      --data-root "$DOCKER_ROOT" --exec-root "$STATE/docker/exec" \
+      --pidfile "$STATE/docker/dockerd.pid" \
+      --iptables=false --ip-forward=false --ip-masq=false --bridge=none \
+      --userland-proxy=false --storage-driver=overlay2 \
+      --exec-opt native.cgroupdriver=cgroupfs
+  }
+  wait_for "dockerd" 60 dockerd docker_ info
+}
+
+# A Debian bookworm rootfs with python3.11, `docker import`ed once; the
+# rootfs tarball is cached so a fresh Docker data root imports it again
+# without a new debootstrap.
+ensure_base() {
+  local key; key=$(printf '%s\n' bookworm minbase "$BASE_PACKAGES" | sha256sum | cut -c1-12)
+  BASE_IMAGE=kdist-base:bookworm-$key
+  docker_ image inspect "$BASE_IMAGE" >/dev/null 2>&1 && return 0
+  local tarball=$CACHE/base/$BASE_IMAGE.tar
+  tarball=${tarball/:/-}
+  if [[ ! -f $tarball ]]; then
+    log "debootstrapping Debian bookworm into a base rootfs (log: $LOGS/debootstrap.log)"
+    local root=$BUILD/rootfs
+    rm -rf "$root"; mkdir -p "$root" "$CACHE/base"
+    debootstrap --variant=minbase --include="$BASE_PACKAGES" bookworm "$root" \
+      http://deb.debian.org/debian >>"$LOGS/debootstrap.log" 2>&1 ||
+      { tail -20 "$LOGS/debootstrap.log"; die "debootstrap failed"; }
+    rm -rf "$root"/var/lib/apt/lists/* "$root"/var/cache/apt/* "$root"/var/log/* \
+      "$root"/usr/share/doc/* "$root"/usr/share/man/* "$root"/usr/share/info/*
+    tar --numeric-owner -C "$root" -cf "$tarball.tmp" .
+    mv "$tarball.tmp" "$tarball"
+    rm -rf "$root"
+  fi
+  log "importing base image $BASE_IMAGE"
+  docker_ import --change 'ENV LANG=C.UTF-8' --change 'CMD ["python3"]' "$tarball" "$BASE_IMAGE" >/dev/null
+}
+
+# The kdist wheel plus every wheel it needs with torch (pinned) and numpy,
+# resolved against the wheel cache without the network; only when that
+# fails are the missing wheels downloaded into the cache.
+collect_wheels() {
+  local ctx=$1 kdist_dir=$BUILD/kdist-wheel src=$BUILD/src
+  rm -rf "$kdist_dir" "$src"; mkdir -p "$kdist_dir" "$src" "$WHEELS" "$ctx/wheels"
+  # Built from a copy: setuptools leaves build/ and *.egg-info behind.
+  (cd "$REPO" && cp -r kdist pyproject.toml README.md "$src/")
+  find "$src" -name __pycache__ -prune -exec rm -rf {} +
+  # Fixed zip timestamps: the same code gives the same wheel, so Docker's
+  # cache hits and an unchanged image is not imported again.
+  export SOURCE_DATE_EPOCH=315532800
+  (cd "$src" && pip wheel --quiet --no-deps --no-build-isolation -w "$kdist_dir" . 2>/dev/null) ||
+    (cd "$src" && pip wheel --quiet --no-deps -w "$kdist_dir" .) >>"$LOGS/image-pip.log" 2>&1 ||
+    die "building the kdist wheel failed; see $LOGS/image-pip.log"
+  local whl; whl=$(ls "$kdist_dir"/kdist-*.whl)
+  local reqs=("$whl[train]" "torch==$TORCH_VERSION" numpy)
+  if ! resolve_offline "${reqs[@]}"; then
+    log "downloading missing wheels into $WHEELS"
+    pip download --quiet -d "$WHEELS" --only-binary=:all: "${reqs[@]}" >>"$LOGS/image-pip.log" 2>&1 ||
+      die "pip download failed; see $LOGS/image-pip.log"
+    resolve_offline "${reqs[@]}" || die "wheels still unresolved; see $LOGS/image-pip.log"
+  fi
+  # wheels/ gets the third-party wheels (they change only with
+  # pyproject.toml or TORCH_VERSION), dist/ the kdist wheel (every code
+  # change), so a Dockerfile can install them as two layers and a code change
+  # rebuilds and reloads only the small one. A Dockerfile that does not use
+  # dist/ finds the kdist wheel in wheels/ too.
+  mkdir -p "$ctx/dist"
+  cp "$whl" "$ctx/dist/"
+  grep -qE '(^|[^k])dist/' "$DOCKERFILE" || cp "$whl" "$ctx/wheels/"
+  local f
+  while read -r f; do
+    [[ $f == "$whl" ]] && continue
+    ln -f "$f" "$ctx/wheels/" 2>/dev/null || cp "$f" "$ctx/wheels/"
+  done < "$BUILD/wheels.txt"
+}
+
+resolve_offline() {
+  pip install --quiet --dry-run --ignore-installed --no-index --find-links "$WHEELS" \
+    --report "$BUILD/report.json" "$@" >>"$LOGS/image-pip.log" 2>&1 || return 1
+  python3 - "$BUILD/report.json" > "$BUILD/wheels.txt" <<'PY'
+import json, sys, urllib.parse, urllib.request
+for item in json.load(open(sys.argv[1]))["install"]:
+    url = item["download_info"]["url"]
+    print(urllib.request.url2pathname(urllib.parse.urlparse(url).path))
+PY
+}
+
+build_and_load() {
+  local hash=$1 ctx=$BUILD/context
+  rm -rf "$ctx"; mkdir -p "$ctx"
+  cp -r "$REPO/image" "$ctx/image"
+  collect_wheels "$ctx"
+  log "docker build $IMAGE ($(du -sh --apparent-size "$ctx/wheels" | cut -f1) of wheels; log: $LOGS/image-build.log)"
+  local t0=$SECONDS buildkit=0
+  # RUN --mount (wheels bind-mounted, not copied into a layer) needs BuildKit.
+  grep -q -- '--mount' "$DOCKERFILE" && buildkit=1
+  DOCKER_BUILDKIT=$buildkit docker_ build --network host --build-arg "BASE_IMAGE=$BASE_IMAGE" \
+    --label "$HASH_LABEL=$hash" -t "$IMAGE" -f "$DOCKERFILE" "$ctx" >>"$LOGS/image-build.log" 2>&1 ||
+    { tail -30 "$LOGS/image-build.log"; die "docker build failed"; }
+  local size; size=$(docker_ image inspect -f '{{.Size}}' "$IMAGE")
+  log "built in $((SECONDS - t0))s; image size $((size / 1024 / 1024)) MiB"
+  t0=$SECONDS
+  if [[ $(docker_ image inspect -f '{{.Id}}' "$IMAGE") == "$(loaded_image_id)" ]]; then
+    log "containerd already has this very image; relabelling only"
+  else
+    log "importing into the cluster's containerd"
+    docker_ save "$IMAGE" | ctr_ images import - >/dev/null ||
+      die "importing $IMAGE into containerd failed"
+    log "imported in $((SECONDS - t0))s"
+  fi
+  ctr_ images label "$IMAGE_REF" "$HASH_LABEL=$hash" >/dev/null
+  # Old builds' layers: keep Docker's cache to about one image's worth.
+  docker_ image prune -f >/dev/null 2>&1 || true
+  docker_ builder prune -f --keep-storage 10GB >/dev/null 2>&1 || true
+  rm -rf "$ctx" "$BUILD/kdist-wheel" "$BUILD/src"
+}
+
+main() {
+  require_root
+  take_lock
+  daemon_alive containerd || die "the test cluster is not up: run tests/cluster/up.sh first"
+  [[ -f $DOCKERFILE ]] ||
+    die "$DOCKERFILE not found (KDIST_DOCKERFILE=tests/cluster/Dockerfile.trial builds a stand-in)"
+  local hash; hash=$(content_hash)
+  if [[ $(loaded_hash) == "$hash" ]]; then
+    log "$IMAGE is up to date ($HASH_LABEL=$hash)"
+    return 0
+  fi
+  ensure_packages docker.io debootstrap
+  mkdir -p "$BUILD"
+  start_dockerd
+  ensure_base
+  build_and_load "$hash"
+  log "$IMAGE loaded ($HASH_LABEL=$hash) in $((SECONDS - START))s"
+}
+
+main "$@"

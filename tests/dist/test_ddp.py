@@ -1,0 +1,101 @@
+"""The DDP workload under the real launcher: equivalence, failure, exact resume."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from disttools import TINY, Run, assert_ok, final_state, run_job
+
+STEPS = ["--max-steps", "20", "--checkpoint-every", "4", "--log-every", "2",
+         "--keep-checkpoints", "0", "--seed", "5", "--batch-size", "16"]
+
+
+def ddp(ckpt: Path, *extra: str) -> list[str]:
+    return ["--module", "kdist.workloads.ddp", "--", *TINY, *STEPS,
+            "--checkpoint-dir", str(ckpt), *extra]
+
+
+def assert_same_params(a: dict, b: dict) -> None:
+    assert a["model"].keys() == b["model"].keys()
+    for name in a["model"]:
+        assert torch.equal(a["model"][name], b["model"][name]), name
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory) -> dict:
+    ckpt = tmp_path_factory.mktemp("uninterrupted")
+    run = run_job(ddp(ckpt), nodes=2)
+    assert_ok(run)
+    return final_state(ckpt)
+
+
+@pytest.mark.timeout(90)
+def test_two_ranks_equal_one_process_on_the_full_batch(uninterrupted, tmp_path):
+    # `uninterrupted` is 2 ranks x batch 16; this is 1 process x batch 32.
+    run = run_job(ddp(tmp_path, "--batch-size", "32"))
+    assert_ok(run)
+    assert {e["world_size"] for e in run.events("done")} == {1}
+    one = final_state(tmp_path)
+    for name in one["model"]:
+        torch.testing.assert_close(
+            uninterrupted["model"][name], one["model"][name], atol=1e-5, rtol=1e-4)
+
+
+@pytest.fixture(scope="module")
+def killed(tmp_path_factory) -> tuple[Run, Path]:
+    """A 2-node job whose rank 1 is SIGKILLed after step 10 (checkpoints at 4 and 8)."""
+    ckpt = tmp_path_factory.mktemp("killed")
+    return run_job(ddp(ckpt), nodes=2, KDIST_FAULT_KILL_AT="1:10"), ckpt
+
+
+@pytest.mark.timeout(120)
+def test_killed_rank_fails_the_job_quickly_with_a_clear_message(killed):
+    run, ckpt = killed
+    # The job's code is the first node's to fail: 137 (node 1) or 1 (node 0, its peer gone).
+    assert run.code in (128 + 9, 1), run.text
+    assert run.seconds < 60
+    assert "kdist.launch: worker rank 1 (node 1, local rank 0" in run.text
+    assert "was killed by SIGKILL" in run.text
+    assert max(e["step"] for e in run.events("step")) <= 10
+    assert (ckpt / "latest").read_text().strip() == "step-8"
+    assert not list(ckpt.glob(".tmp-*"))
+
+
+@pytest.mark.timeout(120)
+def test_rerun_resumes_from_newest_checkpoint_exactly(killed, uninterrupted, tmp_path):
+    _, killed_dir = killed
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(killed_dir, ckpt)
+    run = run_job(ddp(ckpt), nodes=2)
+    assert_ok(run)
+    assert sorted((e["rank"], e["step"]) for e in run.events("resume")) == [(0, 8), (1, 8)]
+    assert {e["rank"] for e in run.events("step")} == {0, 1}
+    assert min(e["step"] for e in run.events("step")) == 10
+    assert_same_params(final_state(ckpt), uninterrupted)
+
+
+@pytest.mark.timeout(120)
+def test_corrupt_newest_checkpoint_falls_back_to_the_older_one(killed, uninterrupted, tmp_path):
+    _, killed_dir = killed
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(killed_dir, ckpt)
+    state = ckpt / "step-8" / "state.pt"
+    state.write_bytes(state.read_bytes()[:-100])
+    run = run_job(ddp(ckpt), procs=2)  # the same 2 ranks, on one node
+    assert_ok(run)
+    assert {e["step"] for e in run.events("resume")} == {4}
+    assert "step-8 unusable on rank 0" in run.text
+    assert_same_params(final_state(ckpt), uninterrupted)
+
+
+@pytest.mark.timeout(150)
+def test_gang_restart_resumes_and_finishes_exactly(uninterrupted, tmp_path):
+    run = run_job(ddp(tmp_path), nodes=2, KDIST_FAULT_KILL_AT="1:10", KDIST_MAX_RESTARTS="1")
+    assert_ok(run)
+    # Both nodes restarted their workers, which resumed from step 8.
+    assert sorted((e["rank"], e["step"]) for e in run.events("resume")) == [(0, 8), (1, 8)]
+    assert {e["rank"] for e in run.events("done")} == {0, 1}
+    assert_same_params(final_state(tmp_path), uninterrupted)

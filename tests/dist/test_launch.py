@@ -1,0 +1,137 @@
+"""kdist.launch with real processes: ranks, exit codes, the master wait, Ctrl-C."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+from disttools import free_port, node_env, run_envs, run_job
+
+SHOW_ENV = textwrap.dedent("""
+    import json, os
+    keys = ["RANK", "LOCAL_RANK", "GROUP_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
+            "MASTER_ADDR", "MASTER_PORT", "KDIST_NODE_RANK", "OMP_NUM_THREADS"]
+    print(json.dumps({k: os.environ.get(k) for k in keys}))
+""")
+
+
+def pytorchjob_node_env(nodes: int, procs: int, node_rank: int, port: int) -> dict[str, str]:
+    """A PyTorchJob pod's env: no KDIST_NODE_RANK / KDIST_MASTER_ADDR; the operator's instead."""
+    env = node_env(nodes, procs, node_rank, port)
+    del env["KDIST_NODE_RANK"], env["KDIST_MASTER_ADDR"]
+    env.update({
+        "RANK": str(node_rank), "WORLD_SIZE": str(nodes),
+        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+        "PET_NNODES": str(nodes), "PET_NPROC_PER_NODE": str(procs),
+        "PET_NODE_RANK": str(node_rank), "PET_MASTER_ADDR": "127.0.0.1",
+        "PET_MASTER_PORT": str(port),
+    })
+    return env
+
+
+def worker_envs(run) -> dict[int, dict]:
+    seen = {}
+    for line in run.lines:
+        if line.startswith("[rank ") and line.endswith("}"):
+            prefix, body = line.split("] ", 1)
+            env = json.loads(body)
+            assert prefix == f"[rank {env['RANK']}"  # the prefix is the global rank
+            seen[int(env["RANK"])] = env
+    return seen
+
+
+@pytest.mark.timeout(90)
+def test_indexed_job_and_pytorchjob_pods_get_the_same_ranks():
+    """One job of two nodes: node 0 as a PyTorchJob pod, node 1 as an Indexed Job pod.
+
+    (tests/unit/test_launch_env.py shows that each pod's env maps to the same
+    plan either way; this shows the plan's ranks reach the workers.)
+    """
+    port = free_port()
+    operator = pytorchjob_node_env(2, 2, 0, port)
+    del operator["OMP_NUM_THREADS"]  # unset: the launcher shares the CPUs among workers
+    os_env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    run = run_envs(["--", "python", "-c", SHOW_ENV],
+                   [{**os_env, **operator}, node_env(2, 2, 1, port)])
+    assert run.code == 0, run.text
+    seen = worker_envs(run)
+    ranks = {r: (e["GROUP_RANK"], e["LOCAL_RANK"], e["WORLD_SIZE"], e["LOCAL_WORLD_SIZE"],
+                 e["KDIST_NODE_RANK"], e["MASTER_PORT"]) for r, e in seen.items()}
+    assert ranks == {
+        0: ("0", "0", "4", "2", "0", str(port)), 1: ("0", "1", "4", "2", "0", str(port)),
+        2: ("1", "0", "4", "2", "1", str(port)), 3: ("1", "1", "4", "2", "1", str(port)),
+    }
+    threads = str(max(1, len(os.sched_getaffinity(0)) // 2))
+    assert [seen[r]["OMP_NUM_THREADS"] for r in range(4)] == [threads, threads, "1", "1"]
+
+
+@pytest.mark.timeout(60)
+def test_worker_exit_code_is_the_launchers():
+    code = "import os, sys; sys.exit(7 if os.environ['RANK'] == '1' else 0)"
+    run = run_job(["--", "python", "-c", code], procs=2)
+    assert run.code == 7, run.text
+    assert "worker rank 1 (node 0, local rank 1" in run.text
+    assert "exited with code 7" in run.text
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    ("addr", "problem"),
+    [("127.0.0.1", "does not accept TCP connections"),
+     ("kdist-nowhere.invalid", "does not resolve")],
+)
+def test_unreachable_master_fails_bounded_with_its_address(addr, problem):
+    port = free_port()  # nobody listens there
+    env = node_env(2, 1, 1, port, KDIST_MASTER_ADDR=addr, KDIST_RDZV_TIMEOUT="2")
+    run = run_envs(["--", "python", "-c", "pass"], [env])
+    assert run.code == 2, run.text
+    assert run.seconds < 15
+    assert f"kdist.launch: master {addr}:{port} {problem}" in run.text
+    assert "after 2s (KDIST_RDZV_TIMEOUT)" in run.text
+
+
+def _processes_with(marker: str) -> list[int]:
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if marker.encode() in f.read():
+                    found.append(int(pid))
+        except OSError:
+            pass
+    return found
+
+
+@pytest.mark.timeout(120)
+def test_ctrl_c_stops_every_process_group():
+    # The seed marks this test's workers on their command lines.
+    seed = str(os.getpid())
+    marker = f"--seed\0{seed}\0"
+    script = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {os.path.dirname(__file__)!r})
+        from disttools import LAUNCH, TINY, node_env
+        from kdist.local import local_env, run_nodes
+        argv = [*LAUNCH, "--module", "kdist.workloads.ddp", "--", *TINY, "--seed", {seed!r},
+                "--max-steps", "1000000", "--log-every", "50", "--batch-size", "16"]
+        envs = [local_env(node_env(2, 1, i, {free_port()})) for i in range(2)]
+        sys.exit(run_nodes(argv, envs))
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    for line in proc.stdout:
+        if '"event": "step"' in line:
+            break
+    assert len(_processes_with(marker)) == 4  # two launchers, two workers
+    started = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    rest = proc.communicate(timeout=60)[0]
+    assert proc.returncode == 128 + signal.SIGINT, rest
+    assert time.monotonic() - started < 45
+    assert _processes_with(marker) == []

@@ -1,0 +1,71 @@
+"""kdist.local.run_local on real TrainingJobs: the `kdist run --local` path."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import socket
+from pathlib import Path
+
+import pytest
+from disttools import TINY, free_port
+
+from kdist.errors import UsageError
+from kdist.local import run_local
+from kdist.spec import load_job
+
+JOB = """\
+apiVersion: kdist/v1alpha1
+kind: TrainingJob
+metadata: {{name: local-ddp}}
+spec:
+  image: kdist-train:test
+  nodes: 2
+  procsPerNode: 1
+  workload:
+    module: kdist.workloads.ddp
+    args: {args}
+  distributed: {{backend: gloo, port: {port}}}
+  resources: {{cpu: "1", memory: 1Gi}}
+  checkpoint: {{path: {ckpt}, volume: {{emptyDir: {{}}}}}}
+"""
+ARGS = [*TINY, "--max-steps", "40", "--log-every", "10", "--batch-size", "32", "--lr", "0.2",
+        "--checkpoint-every", "20"]
+
+
+def write_job(tmp_path: Path, port: int) -> Path:
+    path = tmp_path / "job.yaml"
+    path.write_text(JOB.format(args=json.dumps(ARGS), port=port, ckpt=tmp_path / "ckpt"))
+    return path
+
+
+@pytest.mark.timeout(90)
+def test_two_node_ddp_job_runs_locally(tmp_path):
+    out = io.StringIO()
+    code = run_local(load_job(write_job(tmp_path, free_port())), stdout=out)
+    lines = out.getvalue().splitlines()
+    assert code == 0, "\n".join(lines)
+    assert all(re.match(r"\[(rank|node) \d\] ", line) for line in lines), lines
+    steps = {0: [], 1: []}
+    for line in lines:
+        prefix, _, body = line.partition("] ")
+        if body.startswith("{"):
+            event = json.loads(body)
+            assert prefix == f"[rank {event['rank']}"
+            if event["event"] == "step":
+                steps[event["rank"]].append(event["loss"])
+    for rank, losses in steps.items():
+        assert len(losses) == 4, rank
+        assert losses[-1] < losses[0] * 0.8, (rank, losses)  # it learns
+    assert (tmp_path / "ckpt" / "latest").read_text().strip() == "step-40"
+
+
+@pytest.mark.timeout(30)
+def test_busy_port_is_refused_with_a_clear_message(tmp_path):
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        with pytest.raises(UsageError, match=rf"port {port} \(spec.distributed.port\) is in use"):
+            run_local(load_job(write_job(tmp_path, port)))

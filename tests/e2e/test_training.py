@@ -1,0 +1,157 @@
+"""kdist's rendered jobs really train on the cluster: DDP and the pipeline on
+both backends, applied by the kubernetes client or by `kubectl apply` of
+manifests/, all in namespaces that enforce Pod Security "restricted"."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client, utils
+
+from kdist import labels as L
+from kdist.rendering import render
+from kdist.spec import validate_job
+
+from .conftest import Kube
+from .conftest_cli import IMAGE, job_spec
+
+REPO = Path(__file__).resolve().parents[2]
+FINISH = 300  # seconds a tiny 2-rank job may take on 2 shared cores
+DDP_ARGS = ["--max-steps", "20", "--batch-size", "32", "--log-every", "4",
+            "--dataset-size", "4096"]
+
+
+def create(kube: Kube, namespace: str, objects: list[dict[str, Any]]) -> None:
+    """Create rendered objects with the plain kubernetes client (no kdist submit)."""
+    for obj in objects:
+        if obj["kind"] == "PyTorchJob":
+            client.CustomObjectsApi(kube.api).create_namespaced_custom_object(
+                "kubeflow.org", "v1", namespace, "pytorchjobs", obj
+            )
+        else:
+            utils.create_from_dict(kube.api, obj, namespace=namespace)
+
+
+def job_finished(obj: Any) -> bool:
+    conds = obj.status.conditions or [] if not isinstance(obj, dict) else (
+        (obj.get("status") or {}).get("conditions") or [])
+    types = {(c.type, c.status) if not isinstance(c, dict) else (c["type"], c["status"])
+             for c in conds}
+    return bool(types & {("Complete", "True"), ("Failed", "True"),
+                         ("Succeeded", "True")})
+
+
+def wait_job(kube: Kube, namespace: str, name: str, backend: str) -> str:
+    """Wait for the job's terminal condition; return 'succeeded' or 'failed'."""
+    if backend == "pytorchjob":
+        obj = kube.wait_for(
+            client.CustomObjectsApi(kube.api).list_namespaced_custom_object,
+            "kubeflow.org", "v1", namespace, "pytorchjobs",
+            name=name, done=job_finished, timeout=FINISH,
+        )
+        conds = {c["type"]: c["status"] for c in obj["status"]["conditions"]}
+        return "succeeded" if conds.get("Succeeded") == "True" else "failed"
+    obj = kube.wait_for(
+        client.BatchV1Api(kube.api).list_namespaced_job, namespace,
+        name=name, done=job_finished, timeout=FINISH,
+    )
+    conds = {c.type: c.status for c in obj.status.conditions}
+    return "succeeded" if conds.get("Complete") == "True" else "failed"
+
+
+def rank_records(kube: Kube, namespace: str, name: str) -> dict[int, list[dict[str, Any]]]:
+    """The JSON log lines of every pod of the job, grouped by the rank they report."""
+    pods = kube.core.list_namespaced_pod(
+        namespace, label_selector=L.selector_string(name)).items
+    records: dict[int, list[dict[str, Any]]] = {}
+    for pod in pods:
+        for line in kube.pod_log(namespace, pod.metadata.name, "pytorch").splitlines():
+            start = line.find("{")
+            if start < 0:
+                continue
+            try:
+                rec = json.loads(line[start:])
+            except json.JSONDecodeError:
+                continue
+            if isinstance(rec, dict) and "event" in rec:
+                records.setdefault(rec["rank"], []).append(rec)
+    return records
+
+
+def assert_trained(records: dict[int, list[dict[str, Any]]], world: int) -> None:
+    assert sorted(records) == list(range(world)), f"ranks that logged: {sorted(records)}"
+    for rank, recs in records.items():
+        steps = [r for r in recs if r["event"] == "step"]
+        assert steps, f"rank {rank} logged no step"
+        assert {r["world_size"] for r in recs} == {world}
+        assert recs[-1]["event"] == "done", f"rank {rank} did not finish"
+    losses = [r["loss"] for r in records[0] if r["event"] == "step"]
+    assert losses[-1] < losses[0], f"loss did not fall: {losses}"
+
+
+@pytest.mark.parametrize("backend", ["indexed-job", "pytorchjob"])
+def test_ddp_two_pods_trains(kube: Kube, namespace: str, backend: str):
+    name = f"ddp-{backend.split('-')[0]}"
+    job = validate_job(job_spec(name, backend=backend, args=DDP_ARGS))
+    create(kube, namespace, render(job))
+    assert wait_job(kube, namespace, name, backend) == "succeeded"
+    assert_trained(rank_records(kube, namespace, name), world=2)
+
+
+def test_pipeline_two_stages_across_pods(kube: Kube, namespace: str):
+    args = ["--max-steps", "12", "--log-every", "4", "--microbatches", "4",
+            "--schedule", "1f1b"]
+    job = validate_job(job_spec("pipe", args=args,
+                                workload={"module": "kdist.workloads.pipeline", "args": args}))
+    create(kube, namespace, render(job))
+    assert wait_job(kube, namespace, "pipe", "indexed-job") == "succeeded"
+    records = rank_records(kube, namespace, "pipe")
+    assert sorted(records) == [0, 1]
+    assert all(recs[-1]["event"] == "done" for recs in records.values())
+
+
+@pytest.mark.parametrize(("manifest", "backend"),
+                         [("ddp-cpu.yaml", "indexed-job"), ("pytorchjob.yaml", "pytorchjob")])
+def test_kubectl_apply_of_committed_manifests(kube: Kube, namespace: str, manifest, backend):
+    path = REPO / "manifests" / manifest
+    docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
+    name = docs[0]["metadata"]["name"]
+    assert {d["spec"].get("template", d["spec"]).get("spec", {}).get("containers", [{}])[0]
+            .get("image", IMAGE) for d in docs if d["kind"] == "Job"} <= {IMAGE}
+    subprocess.run(["kubectl", "-n", namespace, "apply", "-f", str(path)],
+                   check=True, capture_output=True, timeout=60)
+    assert wait_job(kube, namespace, name, backend) == "succeeded"
+    assert sorted(rank_records(kube, namespace, name)) == [0, 1]
+
+
+def test_restricted_namespace_admits_every_kdist_pod(kube: Kube, namespace: str):
+    """PodSecurity enforces on pods: dry-run each rendered pod template as a Pod."""
+    specs = sorted((REPO / "examples").glob("*.yaml")) + sorted(
+        (REPO / "tests" / "unit" / "cases").glob("*.yaml"))
+    checked = 0
+    for path in specs:
+        doc = yaml.safe_load(path.read_text())
+        for backend in ("indexed-job", "pytorchjob"):
+            doc["spec"]["backend"] = backend
+            for obj in render(validate_job(doc)):
+                templates = ([obj["spec"]["template"]] if obj["kind"] == "Job" else
+                             [r["template"] for r in obj["spec"].get("pytorchReplicaSpecs",
+                                                                    {}).values()])
+                for template in templates:
+                    # PriorityClasses are cluster-specific, not what this test is about.
+                    template["spec"].pop("priorityClassName", None)
+                    pod = {"apiVersion": "v1", "kind": "Pod",
+                           "metadata": {"name": f"probe-{checked}"}, "spec": template["spec"]}
+                    kube.core.create_namespaced_pod(namespace, pod, dry_run="All")
+                    checked += 1
+    assert checked >= 12
+    bad = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "root"},
+           "spec": {"containers": [{"name": "c", "image": IMAGE}]}}
+    with pytest.raises(client.ApiException) as e:
+        kube.core.create_namespaced_pod(namespace, bad, dry_run="All")
+    assert e.value.status == 403 and "restricted" in e.value.body
