@@ -42,6 +42,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="fewer steps and smaller sizes (still 3 interleaved rounds)")
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
     p.add_argument("--list", action="store_true", help="list the benchmarks and their figures")
+    p.add_argument("--table", action="store_true",
+                   help="only rewrite README.md's table from results.json (run nothing)")
     args = p.parse_args(argv)
     names = list(BENCHMARKS)
     if args.only:
@@ -151,6 +153,9 @@ def main(argv: list[str] | None = None) -> int:
             print(name)
             for spec in importlib.import_module(module).FIGURES:
                 print(f"  {spec.name}: {spec.title} [{spec.unit}] {spec.goal}")
+        return 0
+    if args.table:
+        write_readme(ordered(load_results()))
         return 0
     ctx = Ctx(quick=args.quick, rounds=args.rounds)
     started = time.monotonic()

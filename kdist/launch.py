@@ -30,6 +30,12 @@ and restarts them all, and each restarted worker resumes from the newest
 checkpoint. Because every failure fails every rank once, the launchers stay
 on the same restart count, and the workers meet again under the restart
 count's store prefix (see ``kdist.workloads.common.init_distributed``).
+
+Limits of in-place restarts: the store outlives a restart, so a user's own
+script must join through such a prefix too (``init_distributed`` does it)
+or its restarted workers may read a dead attempt's addresses; and a dead
+*pod* (its launcher gone, not just a worker) cannot rejoin a running gang:
+that needs the whole job restarted, which resumes from the checkpoint.
 """
 
 from __future__ import annotations
@@ -303,6 +309,17 @@ def _describe_exit(exitcode: int) -> str:
     return f"exited with code {exitcode}"
 
 
+def _cause(message: object) -> str:
+    """The worker's own error (from its torch error file), as one short clause."""
+    if isinstance(message, dict):  # the error file's {"message": ..., "extraInfo": ...}
+        message = message.get("message")
+    text = str(message or "").strip()
+    if not text or text.startswith("To enable traceback"):  # torch's "no error file" text
+        return ""
+    last = text.splitlines()[-1]
+    return f": {last[:200]}"
+
+
 def _say(message: str) -> None:
     print(f"kdist.launch: {message}", file=sys.stderr, flush=True)
 
@@ -337,7 +354,7 @@ def run(plan: LaunchPlan, module: str | None, rest: list[str], *, prefix_lines: 
         rank, failure = e.get_first_failure()
         _say(
             f"worker rank {rank} (node {plan.node_rank}, local rank {failure.local_rank}, "
-            f"pid {failure.pid}) {_describe_exit(failure.exitcode)}; "
+            f"pid {failure.pid}) {_describe_exit(failure.exitcode)}{_cause(failure.message)}; "
             f"job {plan.job_name} failed after {plan.max_restarts} restart(s)"
         )
         return _exit_code_of(failure.exitcode)

@@ -139,7 +139,13 @@ class LogDisplay(PlainDisplay):
 
 
 class LiveDisplay(PlainDisplay):
-    """A rich Live table, redrawn in place; warnings and logs scroll above it."""
+    """A rich Live table, redrawn in place; warnings and logs scroll above it.
+
+    Redrawn only from the caller's thread (no auto-refresh thread reading the
+    state while it changes), at most REDRAW_HZ times a second.
+    """
+
+    REDRAW_HZ = 4.0
 
     def __init__(self, echo_logs: bool = False) -> None:
         super().__init__(echo_logs=echo_logs)
@@ -148,28 +154,31 @@ class LiveDisplay(PlainDisplay):
 
         self.console = Console()
         self._state: JobState | None = None
-        self.live = Live(console=self.console, get_renderable=self._render,
-                         refresh_per_second=4, transient=False)
+        self._drawn = 0.0
+        self.live = Live(console=self.console, auto_refresh=False, transient=False)
 
     def start(self, state: JobState) -> None:
         self._state = state
         self.live.start()
+        self._redraw(force=True)
 
     def update(self, state: JobState) -> None:
         self._state = state
+        self._redraw()
 
     def tick(self, state: JobState) -> None:
         self._state = state
+        self._redraw()
 
-    def _render(self) -> Any:
-        from rich.text import Text
-
-        if self._state is None:
-            return Text("")
-        elapsed = duration(time.monotonic() - self.started)
-        return progress_table(self._state, title=f"{self._state.kind or 'job'} "
-                              f"{self._state.namespace}/{self._state.name}: "
-                              f"{self._state.phase}, {elapsed}")
+    def _redraw(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if self._state is None or (not force and now - self._drawn < 1 / self.REDRAW_HZ):
+            return
+        self._drawn = now
+        elapsed = duration(now - self.started)
+        s = self._state
+        title = f"{s.kind or 'job'} {s.namespace}/{s.name}: {s.phase}, {elapsed}"
+        self.live.update(progress_table(s, title=title), refresh=True)
 
     def _print(self, text: str, err: bool = False) -> None:
         from rich.text import Text
@@ -178,7 +187,9 @@ class LiveDisplay(PlainDisplay):
         self.live.console.print(Text(text, style=style), soft_wrap=True)
 
     def stop(self) -> None:
-        self.live.stop()
+        if self.live.is_started:
+            self._redraw(force=True)
+            self.live.stop()
 
 
 def make_display(echo_logs: bool = False) -> PlainDisplay:
@@ -201,7 +212,7 @@ def progress_table(state: JobState, title: str) -> Any:
         if state.max_steps and r.step is not None:
             bar = ProgressBar(total=state.max_steps, completed=min(r.step, state.max_steps),
                               width=20)
-        table.add_row(str(r.rank), r.pod or "-", _phase_text(r), str(r.restarts),
+        table.add_row(str(r.rank), r.pod or "-", _phase_text(r, state), str(r.restarts),
                       _step_text(r, state.max_steps), bar, _loss_text(r))
     return table
 

@@ -62,10 +62,12 @@ _CLOSE = (yaml.BlockEndToken, yaml.FlowMappingEndToken, yaml.FlowSequenceEndToke
 
 
 def _check_depth(text: str) -> None:
-    """Refuse deep nesting while scanning: PyYAML's scanner slows down
-    quadratically with flow depth, long before the composer would recurse."""
+    """Refuse deep nesting and huge documents while scanning, before any node is
+    built: PyYAML's scanner slows down quadratically with flow depth."""
     depth = 0
-    for token in yaml.scan(text, Loader=_Loader):
+    for count, token in enumerate(yaml.scan(text, Loader=_Loader)):
+        if count > 3 * MAX_NODES:  # every node is at least one token; most are two or three
+            raise YamlProblem(f"document has more than {MAX_NODES} nodes")
         if isinstance(token, _OPEN):
             depth += 1
             if depth > MAX_DEPTH:

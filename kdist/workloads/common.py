@@ -31,7 +31,7 @@ def add_common_args(parser: argparse.ArgumentParser) -> None:
     add("--max-steps", type=int, default=200, help="optimizer steps in total (default 200)")
     add("--batch-size", type=int, default=256,
         help="samples per step per data-parallel replica (default 256)")
-    add("--lr", type=float, default=0.05, help="SGD learning rate (default 0.05)")
+    add("--lr", type=float, default=0.1, help="SGD learning rate (default 0.1)")
     add("--momentum", type=float, default=0.9, help="SGD momentum (default 0.9)")
     add("--seed", type=int, default=0, help="seeds the model, the data and the sampler")
     add("--log-every", type=int, default=20, help="one JSON step line per N steps")

@@ -79,9 +79,8 @@ make_certs() {
 
 # write_kubeconfig FILE CERTNAME: a kubeconfig for the client cert CERTNAME.
 write_kubeconfig() {
-  local file=$1 user=$2 tmp
-  tmp=$(mktemp "$file.XXXX")
-  cat > "$tmp" <<KC
+  local file=$1 user=$2
+  put "$file" <<KC
 apiVersion: v1
 kind: Config
 clusters:
@@ -102,7 +101,6 @@ contexts:
     namespace: default
 current-context: kdist
 KC
-  chmod 600 "$tmp"; mv "$tmp" "$file"
 }
 
 make_kubeconfigs() {

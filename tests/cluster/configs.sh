@@ -1,5 +1,5 @@
 # Configuration files of the cluster's components (sourced by up.sh after
-# lib.sh). Rewritten on every up.sh: they are a pure function of lib.sh.
+# lib.sh). A pure function of lib.sh, so re-running up.sh rewrites nothing.
 
 # Pods get addresses on kbr0 and routes to the pod and service ranges only:
 # no default route and no masquerading, so a pod cannot reach anything
@@ -7,7 +7,7 @@
 # HOST_IP (up.sh sets it) and nothing needs the host to forward packets.
 write_cni_config() {
   mkdir -p "$ETC/cni" "$STATE/cni"
-  cat > "$ETC/cni/10-kdist.conflist" <<JSON
+  put "$ETC/cni/10-kdist.conflist" <<JSON
 {
   "cniVersion": "1.0.0",
   "name": "kdist-pods",
@@ -34,7 +34,7 @@ JSON
 
 write_containerd_config() {
   mkdir -p "$CTR_ROOT" "$CTR_STATE"
-  cat > "$ETC/containerd.toml" <<TOML
+  put "$ETC/containerd.toml" <<TOML
 version = 2
 root = "$CTR_ROOT"
 state = "$CTR_STATE"
@@ -72,7 +72,7 @@ TOML
 }
 
 write_kubelet_config() {
-  cat > "$ETC/kubelet.yaml" <<YAML
+  put "$ETC/kubelet.yaml" <<YAML
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 address: $HOST_IP
@@ -121,7 +121,7 @@ YAML
 # CoreDNS answers cluster.local (and reverse zones) from the API and NXDOMAIN
 # for every other name at once: it never forwards out of the machine.
 write_corefile() {
-  cat > "$ETC/Corefile" <<COREFILE
+  put "$ETC/Corefile" <<COREFILE
 cluster.local:53 in-addr.arpa:53 ip6.arpa:53 {
     bind $HOST_IP
     errors
@@ -146,7 +146,7 @@ COREFILE
 # passes Pod Security "restricted" (the built-in one sets no securityContext)
 # and uses our static DNS waiter instead of busybox nslookup (see README).
 write_init_container_template() {
-  cat > "$ETC/pytorch-init-container.yaml" <<'YAML'
+  put "$ETC/pytorch-init-container.yaml" <<'YAML'
 - name: init-pytorch
   image: {{.InitContainerImage}}
   imagePullPolicy: IfNotPresent

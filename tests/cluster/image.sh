@@ -142,7 +142,6 @@ PY
 build_and_load() {
   local hash=$1 ctx=$BUILD/context
   rm -rf "$ctx"; mkdir -p "$ctx"
-  cp -r "$REPO/image" "$ctx/image"
   collect_wheels "$ctx"
   log "docker build $IMAGE ($(du -sh --apparent-size "$ctx/wheels" | cut -f1) of wheels; log: $LOGS/image-build.log)"
   local t0=$SECONDS buildkit=0
@@ -173,8 +172,7 @@ main() {
   require_root
   take_lock
   daemon_alive containerd || die "the test cluster is not up: run tests/cluster/up.sh first"
-  [[ -f $DOCKERFILE ]] ||
-    die "$DOCKERFILE not found (KDIST_DOCKERFILE=tests/cluster/Dockerfile.trial builds a stand-in)"
+  [[ -f $DOCKERFILE ]] || die "$DOCKERFILE not found"
   local hash; hash=$(content_hash)
   if [[ $(loaded_hash) == "$hash" ]]; then
     log "$IMAGE is up to date ($HASH_LABEL=$hash)"

@@ -70,6 +70,16 @@ ensure_packages() {
   return 0
 }
 
+# put FILE < CONTENT: replace FILE atomically, and only when CONTENT differs
+# (containerd watches the CNI directory; a half-written file there would
+# fail pods being created at that moment).
+put() {
+  local file=$1 tmp
+  tmp=$(mktemp "$(dirname "$file")/.put.XXXXXX")
+  cat > "$tmp"
+  if cmp -s "$tmp" "$file"; then rm -f "$tmp"; else mv "$tmp" "$file"; fi
+}
+
 # --- processes --------------------------------------------------------------
 # Each daemon NAME has $RUN/NAME.pid and $RUN/NAME.exe (its binary), and logs
 # to $LOGS/NAME.log. A PID only counts as ours while it still runs that binary.

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from kdist.launch import (
     LaunchError,
     LaunchPlan,
+    _cause,
     _entrypoint,
     _exit_code_of,
     parse_argv,
@@ -206,6 +207,13 @@ def test_exit_codes():
     assert _exit_code_of(3) == 3
     assert _exit_code_of(-9) == 137
     assert _exit_code_of(0) == 1  # a failure never reads as success
+
+
+def test_failure_cause_is_the_workers_own_error():
+    assert _cause({"message": "RuntimeError: disk full", "extraInfo": {}}) == (
+        ": RuntimeError: disk full")
+    assert _cause("To enable traceback see: https://pytorch.org/docs/...") == ""
+    assert _cause(None) == ""
 
 
 class FakeClock:
