@@ -142,10 +142,8 @@ def run(file: str | None, local: bool) -> None:
 
 
 def _register_cluster_verbs() -> None:
-    try:
-        from kdist import cli_cluster
-    except ImportError:  # the cluster verbs live in their own module
-        return
+    from kdist import cli_cluster  # its heavy imports (kubernetes, rich) happen per command
+
     for command in cli_cluster.COMMANDS:
         main.add_command(command)
 
