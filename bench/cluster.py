@@ -36,6 +36,7 @@ from bench.harness import (
     median,
     ratios,
     run_cmd,
+    run_lines,
 )
 
 ARGS = ["--max-steps", "20", "--batch-size", "64", "--log-every", "1", "--checkpoint-every", "0",
@@ -51,6 +52,11 @@ FIGURES = [
          "(absolute)"),
     Spec("cluster.kubectl_apply_wait_s", "time to result, kubectl apply + wait", "s", KUBECTL,
          "(absolute)"),
+    Spec("cluster.submit_to_created_s", "kdist submit: process start to `created` line", "s",
+         "kdist submit's own output, stamped as it arrives (imports, validation, render, "
+         "kubeconfig, POSTs)", "kubectl apply, whole run (cluster.kubectl_apply_s)"),
+    Spec("cluster.kubectl_apply_s", "kubectl apply, whole run", "s",
+         "kubectl apply -f <rendered>", "(absolute)"),
     Spec("cluster.start_to_first_step_s", "container start to first training step (rank 0)",
          "s", "rank 0 pod log: launcher's first line -> first step line (runtime timestamps)",
          "(absolute; all runs of both variants)"),
@@ -99,6 +105,8 @@ def run(ctx: Ctx) -> dict[str, Measured]:
     kc = str(kube.kubeconfig())
     starts: list[float] = []
     created: list[float] = []
+    to_created: list[float] = []
+    applies: list[float] = []
     counter = {"kdist": 0, "kubectl": 0}
     with TemporaryDirectory() as tmp, kube.namespace(api, "kdist-bench-ttr") as ns:
         ctx.say(f"    namespace {ns}")
@@ -117,9 +125,12 @@ def run(ctx: Ctx) -> dict[str, Measured]:
 
         def kdist_run() -> float:
             name, path = job_file("kdist")
-            _, _, wall = run_cmd([*_kdist_cli(), "--kubeconfig", kc, "-n", ns, "submit",
-                                  str(path), "--wait", "--timeout", "400"],
-                                 env=clean_env(), timeout=450)
+            lines, wall = run_lines([*_kdist_cli(), "--kubeconfig", kc, "-n", ns, "submit",
+                                     str(path), "--wait", "--timeout", "400"],
+                                    env=clean_env(), timeout=450)
+            created = [t for t, text in lines if " created" in text]
+            if created:
+                to_created.append(created[0])
             after(name)
             return wall
 
@@ -130,6 +141,7 @@ def run(ctx: Ctx) -> dict[str, Measured]:
             manifests.write_text(text)
             base = ["kubectl", "--kubeconfig", kc, "-n", ns]
             _, _, t_apply = run_cmd([*base, "apply", "-f", str(manifests)], timeout=60)
+            applies.append(t_apply)
             _, _, t_wait = run_cmd([*base, "wait", "--for=condition=complete", f"job/{name}",
                                     "--timeout=400s"], timeout=450)
             after(name)
@@ -144,6 +156,10 @@ def run(ctx: Ctx) -> dict[str, Measured]:
         "cluster.submit_wait_vs_kubectl": Measured(median(r), r, f"{ctx.rounds} interleaved pairs"),
         "cluster.submit_wait_s": Measured(median(v["kdist"]), v["kdist"]),
         "cluster.kubectl_apply_wait_s": Measured(median(v["kubectl"]), v["kubectl"]),
+        "cluster.submit_to_created_s": Measured(median(to_created) if to_created else None,
+                                                to_created, skipped="" if to_created else
+                                                "no `created` line in kdist submit's output"),
+        "cluster.kubectl_apply_s": Measured(median(applies), applies),
         "cluster.start_to_first_step_s": Measured(median(starts), starts),
         "cluster.pod_created_to_first_step_s": Measured(median(created), created,
                                                         "creationTimestamp has 1 s resolution"),

@@ -36,6 +36,7 @@ from bench.harness import (
     steady_rate,
 )
 
+EVERY, SKIP = 10, 2  # step lines every 10 steps; the first 20 steps are warm-up
 MODEL = "MLP 64-512x4-10 (0.8M params), batch 256 per rank, SGD momentum, 65,536 samples"
 KDIST = "python -m kdist.launch --module kdist.workloads.ddp (1 node x 2 procs, gloo)"
 REFERENCE = "torchrun --nproc-per-node 2 bench/reference_ddp.py (gloo)"
@@ -65,7 +66,7 @@ FIGURES = [
 
 def _args(steps: int) -> list[str]:
     # No checkpoints: clean_env drops KDIST_CHECKPOINT_DIR, so kdist writes none either.
-    return ["--max-steps", str(steps), "--log-every", "20", "--batch-size", "256"]
+    return ["--max-steps", str(steps), "--log-every", str(EVERY), "--batch-size", "256"]
 
 
 def _kdist2(steps: int) -> float:
@@ -74,19 +75,19 @@ def _kdist2(steps: int) -> float:
                     KDIST_DIST_BACKEND="gloo", KDIST_JOB_NAME="bench-ddp")
     run = run_json([PYTHON, "-m", "kdist.launch", "--module", "kdist.workloads.ddp", "--",
                     *_args(steps)], env=env)
-    return steady_rate(run)
+    return steady_rate(run, skip=SKIP)
 
 
 def _torchrun(script: str, steps: int, field: str = "samples_per_s") -> float:
     cmd = [PYTHON, "-m", "torch.distributed.run", "--nproc-per-node", "2",
            "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
            str(BENCH / script), *_args(steps)]
-    return steady_rate(run_json(cmd, env=clean_env(1)), field)
+    return steady_rate(run_json(cmd, env=clean_env(1)), field, skip=SKIP)
 
 
 def _kdist1(steps: int) -> float:
     return steady_rate(run_json([PYTHON, "-m", "kdist.workloads.ddp", *_args(steps)],
-                                env=clean_env(1)))
+                                env=clean_env(1)), skip=SKIP)
 
 
 def _two_alone(steps: int) -> float:
@@ -107,7 +108,8 @@ def run(ctx: Ctx) -> dict[str, Measured]:
     weak = [k2 / (2 * k1) for k2, k1 in zip(v["kdist"], v["kdist-1rank"], strict=True)]
     ceiling = [t / (2 * k1) for t, k1 in zip(v["two-1rank-at-once"], v["kdist-1rank"],
                                              strict=True)]
-    spread = f"{steps} steps per run, first 20 skipped; {ctx.rounds} interleaved rounds"
+    spread = (f"{steps} steps per run, first {EVERY * SKIP} skipped, best {EVERY}-step interval; "
+              f"{ctx.rounds} interleaved rounds")
     return {
         "ddp.kdist_vs_reference": Measured(median(ratios(v["kdist"], v["reference"])),
                                            ratios(v["kdist"], v["reference"]), spread),

@@ -16,6 +16,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -170,6 +171,34 @@ def run_cmd(cmd: Sequence[str], *, env: dict[str, str] | None = None, timeout: f
     return proc.returncode, out, wall
 
 
+def run_lines(cmd: Sequence[str], *, env: dict[str, str] | None = None, timeout: float = 300,
+              cwd: Path = REPO) -> tuple[list[tuple[float, str]], float]:
+    """Run `cmd`, stamping each output line with the seconds since the start.
+
+    ([(seconds, line)], wall seconds); BenchError on a non-zero exit or timeout.
+    """
+    started = time.perf_counter()
+    proc = subprocess.Popen(list(cmd), env=env, cwd=cwd, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    timer = threading.Timer(timeout, kill_session, args=(proc,))
+    timer.start()
+    lines = []
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append((time.perf_counter() - started, line.rstrip("\n")))
+        proc.wait()
+    finally:
+        timer.cancel()
+    wall = time.perf_counter() - started
+    if proc.returncode != 0:
+        out = "\n".join(text for _, text in lines)
+        why = f"ran past {timeout:.0f}s" if wall >= timeout else f"exited {proc.returncode}"
+        raise BenchError(f"{shlex.join(cmd)} {why}:\n{tail(out)}")
+    return lines, wall
+
+
 def kill_session(proc: subprocess.Popen[Any]) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
@@ -192,18 +221,20 @@ def tail(text: str, lines: int = 15) -> str:
 
 
 def steady_rate(run: Run, field_name: str = "samples_per_s", *, rank: int = 0,
-                skip: int = 1) -> float:
-    """Throughput of `rank` over its step intervals after `skip` warm-up ones.
+                skip: int = 1, best: bool = True) -> float:
+    """Throughput of `rank` from its step lines after `skip` warm-up intervals.
 
-    Intervals hold the same number of steps, so the rate over all of them is
-    the harmonic mean of the per-interval rates.
+    `best`: the fastest interval, the one least disturbed by whatever else
+    shares the machine (interference only ever slows a run down, as with
+    timeit's minimum); else the rate over all of them (intervals hold the
+    same number of steps, so that is the harmonic mean).
     """
     rates = [r[field_name] for r in run.records
              if r.get("event") == "step" and r.get("rank", 0) == rank and field_name in r]
     steady = rates[skip:]
     if not steady or min(steady) <= 0:
         raise BenchError(f"no steady {field_name} lines (got {rates}):\n{tail(run.output)}")
-    return statistics.harmonic_mean(steady)
+    return max(steady) if best else statistics.harmonic_mean(steady)
 
 
 def median(values: Iterable[float]) -> float:

@@ -102,7 +102,7 @@ def load_results() -> dict[str, Any]:
 def _fmt(value: float | None, unit: str) -> str:
     if value is None:
         return "–"
-    if abs(value) >= 100:
+    if abs(value) >= 100 or float(value).is_integer():
         text = f"{value:,.0f}"
     elif abs(value) >= 10:
         text = f"{value:.1f}"
@@ -114,7 +114,8 @@ def _fmt(value: float | None, unit: str) -> str:
 
 def table(results: dict[str, Any]) -> str:
     """The README table: one row per figure, in benchmark order."""
-    rows = ["| figure | value | goal | met | measured on |", "| --- | --- | --- | --- | --- |"]
+    rows = ["| figure | value | goal | met | per round (min–max) | measured on |",
+            "| --- | --- | --- | --- | --- | --- |"]
     for name, fig in results.items():
         met = {True: "yes", False: "**no**", None: ""}[fig.get("met")]
         if fig.get("value") is None:
@@ -122,8 +123,11 @@ def table(results: dict[str, Any]) -> str:
         else:
             value = _fmt(fig["value"], fig["unit"])
         when = f"{fig.get('cores', '?')} cores, load {fig.get('load1', '?')}"
+        samples = fig.get("samples") or []
+        spread = (f"{_fmt(min(samples), '')} – {_fmt(max(samples), '')} ({len(samples)})"
+                  if len(samples) > 1 else "")
         rows.append(f"| `{name}`: {fig['title']} | {value} | {fig.get('goal') or ''} | {met} "
-                    f"| {when} |")
+                    f"| {spread} | {when} |")
     return "\n".join(rows)
 
 

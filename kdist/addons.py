@@ -16,10 +16,12 @@ RULES: list[dict[str, Any]] = [
     {"apiGroups": ["kubeflow.org"], "resources": ["pytorchjobs"],
      "verbs": ["create", "get", "list", "watch", "delete"]},
     {"apiGroups": [""], "resources": ["services"],
-     "verbs": ["create", "get", "list", "delete"]},
+     "verbs": ["create", "get", "list", "watch", "delete"]},
+    # `kdist delete` waits until the Service's EndpointSlices are gone too.
+    {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"],
+     "verbs": ["list", "watch"]},
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
-    {"apiGroups": [""], "resources": ["events"], "verbs": ["list", "watch"]},
 ]
 
 

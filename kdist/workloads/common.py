@@ -66,10 +66,6 @@ class Dist:
     backend: str
     device: torch.device
 
-    @property
-    def restart_count(self) -> int:
-        return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
-
 
 def _agent_store(timeout: timedelta) -> dist.Store | None:
     """The elastic agent's TCP store, under a prefix of this restart attempt.
@@ -94,6 +90,9 @@ def init_distributed() -> Dist:
 
     NCCL workers bind to their *local* rank's GPU. The process-group timeout
     is ``KDIST_PG_TIMEOUT`` seconds (set by the launcher), not torch's 30 min.
+    Under kdist.launch the group meets in the launcher's store under this
+    restart attempt's prefix, so whole-gang restarts work; a user's own
+    script can call this too.
     """
     env = os.environ
     rank = int(env.get("RANK", "0"))

@@ -21,6 +21,7 @@ pod can see the directory.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from typing import Any
 
@@ -62,7 +63,9 @@ def build_model(args: argparse.Namespace) -> nn.Sequential:
     return nn.Sequential(*mlp_blocks(args))
 
 
-def _resume(ckpt: Checkpointer, d: Dist, model: nn.Module, opt: torch.optim.Optimizer) -> tuple:
+def _resume(
+    ckpt: Checkpointer, d: Dist, model: nn.Module, opt: torch.optim.Optimizer
+) -> tuple[int, float | None]:
     """Load the newest checkpoint on rank 0 and give it to every rank: (step, loss)."""
     loaded = ckpt.load([SHARD] if d.rank == 0 else [], device=d.device)
     if loaded is None:
@@ -137,6 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         train(args, d)
         ok = True
+    except KeyboardInterrupt:  # Ctrl-C on a local run: the launcher reports it
+        return 128 + signal.SIGINT
     finally:
         shutdown_distributed(ok)
     return 0

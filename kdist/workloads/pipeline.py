@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from datetime import timedelta
 
@@ -212,6 +213,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         train(args, d, _check(parser, args, d.world_size))
         ok = True
+    except KeyboardInterrupt:  # Ctrl-C on a local run: the launcher reports it
+        return 128 + signal.SIGINT
     finally:
         shutdown_distributed(ok)
     return 0

@@ -81,6 +81,7 @@ main() {
     ip link delete "$BRIDGE"
   fi
   ip route del unreachable "$SVC_NET" 2>/dev/null || true
+  ip route del unreachable "$POD_NET" 2>/dev/null || true
   if grep -q " $STATE/" /proc/self/mountinfo; then
     die "mounts remain under $STATE; not removing it"
   fi

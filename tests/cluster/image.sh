@@ -39,12 +39,22 @@ loaded_hash() {
     n = split($NF, kv, ","); for (i = 1; i <= n; i++) if (index(kv[i], l) == 1) print substr(kv[i], length(l) + 1) }'
 }
 
-# The config digest (= Docker's image ID) of the image containerd has.
-loaded_image_id() {
+# The config digest (= Docker's image ID) of an image containerd has.
+image_id() {  # image_id [REF]
   local manifest
-  manifest=$(ctr_ images ls "name==$IMAGE_REF" 2>/dev/null | awk 'NR == 2 {print $3}')
+  manifest=$(ctr_ images ls "name==${1:-$IMAGE_REF}" 2>/dev/null | awk 'NR == 2 {print $3}')
   [[ -n $manifest ]] || return 0
   ctr_ content get "$manifest" | python3 -c 'import json, sys; print(json.load(sys.stdin)["config"]["digest"])'
+}
+
+# The CRI plugin names images by ID too ("sha256:..."); such a name outlives
+# the tag that moved on and pins the old image's GBs. Drop the stale ones.
+prune_stale_ids() {
+  local keep ref
+  keep=$(for ref in $(ctr_ images ls -q | grep -v '^sha256:'); do image_id "$ref"; done)
+  for ref in $(ctr_ images ls -q | grep -E '^sha256:[0-9a-f]{64}$'); do
+    grep -qxF "$ref" <<<"$keep" || ctr_ images rm "$ref" >/dev/null
+  done
 }
 
 start_dockerd() {
@@ -153,7 +163,7 @@ build_and_load() {
   local size; size=$(docker_ image inspect -f '{{.Size}}' "$IMAGE")
   log "built in $((SECONDS - t0))s; image size $((size / 1024 / 1024)) MiB"
   t0=$SECONDS
-  if [[ $(docker_ image inspect -f '{{.Id}}' "$IMAGE") == "$(loaded_image_id)" ]]; then
+  if [[ $(docker_ image inspect -f '{{.Id}}' "$IMAGE") == "$(image_id)" ]]; then
     log "containerd already has this very image; relabelling only"
   else
     log "importing into the cluster's containerd"
@@ -162,6 +172,7 @@ build_and_load() {
     log "imported in $((SECONDS - t0))s"
   fi
   ctr_ images label "$IMAGE_REF" "$HASH_LABEL=$hash" >/dev/null
+  prune_stale_ids
   # Old builds' layers: keep Docker's cache to about one image's worth.
   docker_ image prune -f >/dev/null 2>&1 || true
   docker_ builder prune -f --keep-storage 10GB >/dev/null 2>&1 || true

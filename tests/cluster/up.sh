@@ -37,16 +37,29 @@ preflight() {
   fi
 }
 
-# The pod and service ranges must not be routed anywhere but kbr0 (and the
-# unreachable route below): they must never meet a real network.
+# The pod and service ranges must not overlap any route or address but our
+# own (kbr0's and the unreachable ones below): they must never meet a real
+# network.
 check_routes() {
   local conflicts
-  conflicts=$(ip -4 route show | grep -E '^(10\.244\.|10\.96\.)' |
-    grep -v -E "dev $BRIDGE|^unreachable" || true)
-  [[ -z $conflicts ]] || die "routes overlap the cluster's ranges ($POD_NET, $SVC_NET): $conflicts"
-  if ip -4 addr show | grep -E 'inet (10\.244\.|10\.96\.)' | grep -v -q " $BRIDGE\$"; then
-    die "an interface other than $BRIDGE has an address in $POD_NET or $SVC_NET"
-  fi
+  conflicts=$({ ip -4 -o route show; ip -4 -o addr show; } | python3 -c '
+import ipaddress, sys
+ours = [ipaddress.ip_network(n) for n in sys.argv[2:]]
+for line in sys.stdin:
+    f = line.split()
+    if " dev " + sys.argv[1] + " " in line + " " or f[0] == "unreachable" or f[0] == "default":
+        continue
+    dst = f[3] if f[2] == "inet" else f[0]   # addr lines: "N: IF inet A/P ..."
+    if f[2] == "inet" and f[1] == sys.argv[1]:
+        continue
+    try:
+        net = ipaddress.ip_network(dst, strict=False)
+    except ValueError:
+        continue
+    if any(net.overlaps(o) for o in ours):
+        print(line.strip())
+' "$BRIDGE" "$POD_NET" "$SVC_NET")
+  [[ -z $conflicts ]] || die "routes or addresses overlap the cluster's ranges ($POD_NET, $SVC_NET): $conflicts"
 }
 
 setup_network() {
@@ -56,9 +69,11 @@ setup_network() {
   fi
   ip addr replace "$HOST_IP/24" dev "$BRIDGE"
   ip link set "$BRIDGE" up
-  # Service IPs have no kube-proxy behind them: keep any packet to them on
-  # this machine (answered "unreachable") instead of the default route.
+  # Service IPs have no kube-proxy behind them, and only kbr0's /24 of the
+  # pod range exists: keep any other packet to these ranges on this machine
+  # (answered "unreachable") instead of letting the default route take it.
   ip route replace unreachable "$SVC_NET"
+  ip route replace unreachable "$POD_NET"
 }
 
 start_etcd() {

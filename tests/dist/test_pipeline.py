@@ -57,8 +57,8 @@ def stitched(ckpt: Path, step: int, stages: int, blocks: int) -> dict[str, torch
 @pytest.mark.parametrize(
     ("stages", "schedule", "nodes", "procs"),
     # 2 and 4 stages under both schedules; "dp2" is 2 pipelines of 2 stages (DP x PP).
-    [(2, "gpipe", 1, 2), (2, "1f1b", 2, 2), (4, "gpipe", 1, 4), (4, "1f1b", 2, 2)],
-    ids=["2-gpipe", "dp2-2-1f1b-2nodes", "4-gpipe", "4-1f1b-2nodes"],
+    [(2, "gpipe", 1, 2), (2, "1f1b", 2, 2), (4, "gpipe", 1, 4), (4, "1f1b", 1, 4)],
+    ids=["2-gpipe", "dp2-2-1f1b-2nodes", "4-gpipe", "4-1f1b"],
 )
 def test_pipeline_equals_unsplit_model(tmp_path, stages, schedule, nodes, procs):
     world = nodes * procs
