@@ -22,8 +22,9 @@ from .conftest_cli import IMAGE, job_spec
 
 REPO = Path(__file__).resolve().parents[2]
 FINISH = 300  # seconds a tiny 2-rank job may take on 2 shared cores
-DDP_ARGS = ["--max-steps", "20", "--batch-size", "32", "--log-every", "4",
-            "--dataset-size", "4096"]
+# A small model that visibly learns in 20 steps on a shared 2-core node.
+DDP_ARGS = ["--max-steps", "20", "--batch-size", "32", "--log-every", "4", "--dataset-size", "4096",
+            "--lr", "0.3", "--classes", "4", "--hidden", "128", "--layers", "2"]
 
 
 def create(kube: Kube, namespace: str, objects: list[dict[str, Any]]) -> None:
