@@ -18,7 +18,7 @@ from kdist.rendering import render
 from kdist.spec import validate_job
 
 from .conftest import Kube
-from .conftest_cli import IMAGE, job_spec
+from .conftest_cli import IMAGE, job_file_fixture, job_spec, kdist_fixture  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[2]
 FINISH = 300  # seconds a tiny 2-rank job may take on 2 shared cores
@@ -156,3 +156,12 @@ def test_restricted_namespace_admits_every_kdist_pod(kube: Kube, namespace: str)
     with pytest.raises(client.ApiException) as e:
         kube.core.create_namespaced_pod(namespace, bad, dry_run="All")
     assert e.value.status == 403 and "restricted" in e.value.body
+
+
+def test_bad_image_is_a_clear_failure_not_a_hang(namespace, kdist, job_file):
+    path = job_file("badimage", image="kdist-train:no-such-tag", paced={},
+                    args=["--max-steps", "1"])
+    res = kdist("submit", path, "--timeout", "45", timeout=120)
+    assert res.returncode == 1
+    out = res.stdout + res.stderr
+    assert "kdist-train:no-such-tag" in out and "pull" in out.lower(), out
