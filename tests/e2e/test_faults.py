@@ -1,0 +1,48 @@
+"""Failure semantics on the real cluster: a code error fails at once, even with
+restarts to spare; an infrastructure-style exit (>= 128) is retried."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from .conftest_cli import job_file_fixture, kdist_fixture, kubectl  # noqa: F401
+
+
+@pytest.mark.parametrize("backend", ["indexed-job", "pytorchjob"])
+def test_code_error_fails_fast_without_burning_retries(backend, namespace, kdist, job_file):
+    path = job_file("codeerr", backend=backend, args=["--max-steps", "5"],
+                    distributed={"backend": "gloo", "maxRestarts": 3},
+                    paced={"PACE": "0.2", "FAIL_RANK": "0", "FAIL_AT": "2", "FAIL_CODE": "1"})
+    sub = kdist("submit", path, "--timeout", "200")
+    assert sub.returncode == 1, sub.stdout + sub.stderr
+    assert "rank 0" in sub.stderr and "exited with code 1" in sub.stderr
+    if backend == "indexed-job":
+        job = json.loads(kubectl("-n", namespace, "get", "job", "codeerr", "-o", "json").stdout)
+        # Both ranks failed once (rank 1 lost its peer); no index got a retry pod.
+        assert job["status"].get("failed", 0) <= 2, job["status"]
+        pods = kubectl("-n", namespace, "get", "pods", "-l", "kdist.dev/job-name=codeerr",
+                       "-o", "name").stdout.split()
+        assert len(pods) <= 2, pods  # the Job controller removes the still-running one
+        reasons = {c["type"]: c.get("reason") for c in job["status"]["conditions"]}
+        assert "PodFailurePolicy" in reasons.values(), reasons  # FailureTarget, then Failed
+    else:
+        pj = json.loads(kubectl("-n", namespace, "get", "pytorchjob", "codeerr",
+                                "-o", "json").stdout)
+        master = pj["status"]["replicaStatuses"]["Master"]
+        assert master.get("failed", 0) == 1, pj["status"]
+
+
+def test_infrastructure_exit_is_retried_then_gives_up(namespace, kdist, job_file):
+    """Exit 137 (what SIGKILL/OOM looks like) counts against maxRestarts: the
+    Job makes a new pod for the index each time, and fails once they are spent."""
+    path = job_file("infra", nodes=1, args=["--max-steps", "3"],
+                    distributed={"backend": "gloo", "maxRestarts": 1},
+                    paced={"PACE": "0.2", "FAIL_RANK": "0", "FAIL_AT": "1", "FAIL_CODE": "137"})
+    sub = kdist("submit", path, "--timeout", "200")
+    assert sub.returncode == 1, sub.stdout + sub.stderr
+    job = json.loads(kubectl("-n", namespace, "get", "job", "infra", "-o", "json").stdout)
+    assert job["status"].get("failed", 0) == 2, job["status"]  # the first try + 1 restart
+    reasons = {c["type"]: c.get("reason") for c in job["status"]["conditions"]}
+    assert "BackoffLimitExceeded" in reasons.values(), reasons
