@@ -10,6 +10,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -246,3 +247,17 @@ class Meter:
         self.pause_clock()
         return loss, round(rate, 1)
 
+
+
+def run_workload(body: Callable[[Dist], None]) -> int:
+    """Join the group, run `body`, leave the group cleanly; 130 on Ctrl-C."""
+    d = init_distributed()
+    ok = False
+    try:
+        body(d)
+        ok = True
+    except KeyboardInterrupt:  # Ctrl-C on a local run: the launcher reports it
+        return 128 + signal.SIGINT
+    finally:
+        shutdown_distributed(ok)
+    return 0

@@ -21,7 +21,6 @@ pod can see the directory.
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 from typing import Any
 
@@ -38,12 +37,11 @@ from kdist.workloads.common import (
     ShardedBatches,
     add_common_args,
     check_args,
-    init_distributed,
     log_event,
     make_dataset,
     maybe_inject_fault,
     mlp_blocks,
-    shutdown_distributed,
+    run_workload,
 )
 
 SHARD = "state"
@@ -135,16 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     check_args(parser, args)
-    d = init_distributed()
-    ok = False
-    try:
-        train(args, d)
-        ok = True
-    except KeyboardInterrupt:  # Ctrl-C on a local run: the launcher reports it
-        return 128 + signal.SIGINT
-    finally:
-        shutdown_distributed(ok)
-    return 0
+    return run_workload(lambda d: train(args, d))
 
 
 if __name__ == "__main__":

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 from datetime import timedelta
 
@@ -41,12 +40,11 @@ from kdist.workloads.common import (
     ShardedBatches,
     add_common_args,
     check_args,
-    init_distributed,
     log_event,
     make_dataset,
     maybe_inject_fault,
     mlp_blocks,
-    shutdown_distributed,
+    run_workload,
 )
 
 SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
@@ -208,16 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     check_args(parser, args)
-    d = init_distributed()
-    ok = False
-    try:
-        train(args, d, _check(parser, args, d.world_size))
-        ok = True
-    except KeyboardInterrupt:  # Ctrl-C on a local run: the launcher reports it
-        return 128 + signal.SIGINT
-    finally:
-        shutdown_distributed(ok)
-    return 0
+    return run_workload(lambda d: train(args, d, _check(parser, args, d.world_size)))
 
 
 if __name__ == "__main__":
