@@ -1,0 +1,1 @@
+"""kdist benchmarks: `python -m bench.run` (see bench/README.md)."""

@@ -13,7 +13,8 @@ Per round, in this order (A B C D E, A B C D E, ...):
   per-sample DataLoader batches over a Python list), read as unique samples/s.
 
 Every process gets OMP_NUM_THREADS=1 (one core per rank). Throughput is rank 0's
-``samples_per_s`` over its step lines after the first (warm-up) interval.
+``samples_per_s`` at its best step line after the warm-up ones (see
+``harness.steady_rate``); ratios are per round, then the median.
 """
 
 from __future__ import annotations

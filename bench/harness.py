@@ -165,6 +165,9 @@ def run_cmd(cmd: Sequence[str], *, env: dict[str, str] | None = None, timeout: f
         kill_session(proc)
         out, _ = proc.communicate()
         raise BenchError(f"{shlex.join(cmd)} ran past {timeout:.0f}s:\n{tail(out)}") from None
+    except BaseException:  # Ctrl-C: its own session does not get the SIGINT
+        kill_session(proc)
+        raise
     wall = time.perf_counter() - started
     if check and proc.returncode != 0:
         raise BenchError(f"{shlex.join(cmd)} exited {proc.returncode}:\n{tail(out)}")
@@ -189,6 +192,9 @@ def run_lines(cmd: Sequence[str], *, env: dict[str, str] | None = None, timeout:
         for line in proc.stdout:
             lines.append((time.perf_counter() - started, line.rstrip("\n")))
         proc.wait()
+    except BaseException:
+        kill_session(proc)
+        raise
     finally:
         timer.cancel()
     wall = time.perf_counter() - started

@@ -1,10 +1,14 @@
 """Pipeline parallelism: p = 2 stages, m micro-batches, against the unsplit model.
 
-Throughput, interleaved per round (unsplit, GPipe, 1F1B, ...):
+Throughput, interleaved per round (unsplit, GPipe, 1F1B, then unsplit and 1F1B
+at batch 1024, ...):
 
 - unsplit: ``python -m bench.unsplit``, kdist's MLP whole in one process, 1 thread;
 - ``python -m kdist.launch --module kdist.workloads.pipeline -- --schedule S
   --microbatches m``, 2 processes (one stage each), 1 thread each.
+
+Batch 256 makes micro-batches of 64; the batch-1024 pair (micro-batches of
+256) shows how much of the gap to the bound is a fixed cost per message.
 
 With balanced stages and free communication, p stages on p cores do the unsplit
 model's work at p x m/(m+p-1) its speed (the rest is the bubble): that is the
@@ -38,8 +42,9 @@ P = 2
 M = 4
 BOUND = P * M / (M + P - 1)
 EVERY, SKIP = 2, 2  # step lines every 2 steps; the first 4 (shape inference) are warm-up
-SHAPE = ["--layers", "5", "--hidden", "1024", "--batch-size", "256"]
-MODEL = "MLP 64-1024x5-10 (4.3M params), batch 256, SGD momentum"
+SHAPE = ["--layers", "5", "--hidden", "1024"]
+BATCH, BIG = 256, 1024  # micro-batches of 64; and of 256, to show the per-message cost
+MODEL = f"MLP 64-1024x5-10 (4.3M params), batch {BATCH}, SGD momentum"
 UNSPLIT = "python -m bench.unsplit (whole model, 1 process, 1 thread)"
 
 
@@ -63,6 +68,12 @@ def _specs() -> list[Spec]:
                  f"ideal 1/p = {1 / P:.2f}"),
         ]
     out += [
+        Spec("pipeline.1f1b_big_vs_unsplit",
+             f"1F1B p={P} m={M}, batch {BIG} (micro-batches of {BIG // M}) / unsplit", "x",
+             f"{_pipe('1f1b')}; batch {BIG}", f"{UNSPLIT}; batch {BIG}",
+             f"bound {BOUND:.2f}"),
+        Spec("pipeline.1f1b_big_of_bound", f"... / the bubble bound, batch {BIG}", "fraction",
+             "pipeline.1f1b_big_vs_unsplit", f"{BOUND:.2f}", "ideal 1.00"),
         Spec("pipeline.1f1b_vs_gpipe", f"1F1B / GPipe throughput, p={P} m={M}", "x",
              _pipe("1f1b"), _pipe("gpipe")),
         Spec("pipeline.unsplit_samples_per_s", "unsplit model throughput, 1 thread", "samples/s",
@@ -77,19 +88,22 @@ def _specs() -> list[Spec]:
 FIGURES = _specs()
 
 
-def _unsplit(steps: int, extra: list[str], probe: bool = False) -> list[dict]:
+def _unsplit(steps: int, extra: list[str], probe: bool = False,
+             batch: int = BATCH) -> list[dict]:
     cmd = [PYTHON, "-m", *(["bench.memprobe"] if probe else []), "bench.unsplit", *SHAPE,
-           *extra, "--max-steps", str(steps)]
+           "--batch-size", str(batch), *extra, "--max-steps", str(steps)]
     return run_json(cmd, env=clean_env(1)).records
 
 
-def _pipeline(schedule: str, steps: int, extra: list[str], probe: bool = False) -> list[dict]:
+def _pipeline(schedule: str, steps: int, extra: list[str], probe: bool = False,
+              batch: int = BATCH) -> list[dict]:
     env = clean_env(1, KDIST_NNODES="1", KDIST_NPROC_PER_NODE=str(P),
                     KDIST_MASTER_ADDR="127.0.0.1", KDIST_MASTER_PORT=str(free_port()),
                     KDIST_DIST_BACKEND="gloo", KDIST_JOB_NAME="bench-pipeline")
     module = ["bench.memprobe", "--", "kdist.workloads.pipeline"] if probe else \
         ["kdist.workloads.pipeline", "--"]
-    cmd = [PYTHON, "-m", "kdist.launch", "--module", *module, *SHAPE, *extra,
+    cmd = [PYTHON, "-m", "kdist.launch", "--module", *module, *SHAPE,
+           "--batch-size", str(batch), *extra,
            "--schedule", schedule, "--microbatches", str(M), "--max-steps", str(steps),
            "--checkpoint-every", "0"]
     return run_json(cmd, env=env).records
@@ -107,12 +121,14 @@ def _peaks(records: list[dict]) -> dict[int, int]:
 
 
 def run(ctx: Ctx) -> dict[str, Measured]:
-    steps = 16 if ctx.quick else 24
+    steps = 16 if ctx.quick else 20
     timing = ["--log-every", str(EVERY)]
     v = interleave({
         "unsplit": lambda: _rate(_unsplit(steps, timing)),
         "gpipe": lambda: _rate(_pipeline("gpipe", steps, timing)),
         "1f1b": lambda: _rate(_pipeline("1f1b", steps, timing)),
+        f"unsplit-{BIG}": lambda: _rate(_unsplit(steps, timing, batch=BIG)),
+        f"1f1b-{BIG}": lambda: _rate(_pipeline("1f1b", steps, timing, batch=BIG)),
     }, ctx.rounds, ctx.say)
     small = ["--dataset-size", "2048", "--log-every", "2"]
     ctx.say("    memory: one profiled run each (unsplit, gpipe, 1f1b)")
@@ -131,6 +147,9 @@ def run(ctx: Ctx) -> dict[str, Measured]:
             max(peaks.values()) / unsplit_peak, [b / unsplit_peak for b in peaks.values()],
             f"{per_stage}; unsplit {unsplit_peak / 2**20:.1f} MiB (peak tensor bytes, "
             "torch profiler CPU allocator events)")
+    big = ratios(v[f"1f1b-{BIG}"], v[f"unsplit-{BIG}"])
+    out["pipeline.1f1b_big_vs_unsplit"] = Measured(median(big), big, note)
+    out["pipeline.1f1b_big_of_bound"] = Measured(median(big) / BOUND, [x / BOUND for x in big])
     out["pipeline.1f1b_vs_gpipe"] = Measured(median(ratios(v["1f1b"], v["gpipe"])),
                                              ratios(v["1f1b"], v["gpipe"]))
     out["pipeline.unsplit_samples_per_s"] = Measured(median(v["unsplit"]), v["unsplit"])

@@ -114,7 +114,7 @@ def _fmt(value: float | None, unit: str) -> str:
 
 def table(results: dict[str, Any]) -> str:
     """The README table: one row per figure, in benchmark order."""
-    rows = ["| figure | value | goal | met | per round (min–max) | measured on |",
+    rows = ["| figure | value | goal | met | samples: min – max (n) | measured on |",
             "| --- | --- | --- | --- | --- | --- |"]
     for name, fig in results.items():
         met = {True: "yes", False: "**no**", None: ""}[fig.get("met")]
