@@ -43,9 +43,28 @@ def run_local(job: Any, *, stdout: IO[str] | None = None) -> int:
         local_env(contract.env_contract(job, node_rank=i, master_addr=LOCAL_MASTER))
         for i in range(job.spec.nodes)
     ]
+    ckpt = local_checkpoint_dir(job, Path.cwd())
+    if ckpt is not None:
+        ckpt.mkdir(parents=True, exist_ok=True)
+        print(f"kdist: checkpoints of this local run go to {ckpt} "
+              f"(spec.checkpoint.path is the pods' path)", file=stdout or sys.stdout, flush=True)
+        for env in envs:
+            env["KDIST_CHECKPOINT_DIR"] = str(ckpt)
     port = int(envs[0].get("KDIST_MASTER_PORT", "29500"))
     ensure_port_free(port)
     return run_nodes(argv, envs, stdout=stdout)
+
+
+def local_checkpoint_dir(job: Any, cwd: Path) -> Path | None:
+    """Where a local run keeps checkpoints: `.kdist/<name>/checkpoints` under `cwd`.
+
+    The spec's path (e.g. /checkpoints) is a mount point inside the pods; on a
+    workstation it is usually not writable, and a second local run should
+    resume from the first one's checkpoints as a resubmitted job would.
+    """
+    if job.spec.checkpoint is None:
+        return None
+    return cwd / ".kdist" / job.metadata.name / "checkpoints"
 
 
 def local_env(contract_env: Mapping[str, str]) -> dict[str, str]:

@@ -268,3 +268,14 @@ def test_wait_times_out_on_a_name_that_never_resolves():
     with pytest.raises(LaunchError, match="master nowhere.invalid:29500 does not resolve"):
         wait_for_master(plan_for("nowhere.invalid", 29500, 0, timeout=1),
                         clock=clock, sleep=clock.sleep)
+
+
+def test_local_runs_keep_checkpoints_in_the_working_directory(tmp_path):
+    from kdist.local import local_checkpoint_dir
+    from kdist.spec import validate_job
+    from tests.unit.helpers import spec_with
+
+    job = validate_job(spec_with(**{"spec.checkpoint": {"path": "/checkpoints",
+                                                        "volume": {"emptyDir": {}}}}))
+    assert local_checkpoint_dir(job, tmp_path) == tmp_path / ".kdist" / "unit-job" / "checkpoints"
+    assert local_checkpoint_dir(validate_job(spec_with()), tmp_path) is None
