@@ -4,13 +4,14 @@ PYTHON ?= python3
 KDIST_CACHE ?= $(HOME)/.cache/kdist
 TORCH ?= torch==2.15.0
 export KDIST_CACHE
-export PIP_FIND_LINKS := $(KDIST_CACHE)/wheels
+# /opt/wheels: where a machine may keep a +cpu torch wheel (pip's own config points there too).
+export PIP_FIND_LINKS := $(KDIST_CACHE)/wheels /opt/wheels
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 KUBECONFIG_E2E ?= $(CURDIR)/.cluster/kubeconfig
 STAMP := .install.stamp
 
 .DEFAULT_GOAL := help
-.PHONY: help install demo test unit dist lint manifests golden e2e image cluster-up cluster-down bench clean
+.PHONY: help install demo test unit lint manifests golden e2e image cluster-up cluster-down bench clean
 
 help: ## List every target with one line
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | \
