@@ -56,7 +56,10 @@ def _follow(cluster: Cluster, job: dict[str, Any], display: PlainDisplay, *, log
     session = Session(tracker, cluster.sources(job), logs=logs, tail=tail, ranks=ranks)
     deadline = time.monotonic() + timeout if timeout else None
     state = tracker.state
-    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    # Ctrl-C and SIGTERM stop the watch, even where a parent started us with
+    # SIGINT ignored (background jobs of non-interactive shells, CI runners).
+    previous = {sig: signal.signal(sig, signal.default_int_handler)
+                for sig in (signal.SIGINT, signal.SIGTERM)}
     display.start(state)
     try:
         session.start()
@@ -78,7 +81,8 @@ def _follow(cluster: Cluster, job: dict[str, Any], display: PlainDisplay, *, log
     finally:
         session.close()
         display.stop()
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     return state
 
 
