@@ -12,7 +12,6 @@ leaves the job running.
 from __future__ import annotations
 
 import json
-import signal
 import sys
 import time
 from typing import TYPE_CHECKING, Any
@@ -48,6 +47,7 @@ def _follow(cluster: Cluster, job: dict[str, Any], display: PlainDisplay, *, log
             tail: int | None = None, ranks: set[int] | None = None,
             timeout: float | None = None, drain: float = 5.0) -> JobState:
     """Watch `job` to its end through `display`; Ctrl-C (or SIGTERM) leaves it running."""
+    from kdist.signals import interruptible
     from kdist.watch import Session, Tracker
 
     meta = job["metadata"]
@@ -56,33 +56,29 @@ def _follow(cluster: Cluster, job: dict[str, Any], display: PlainDisplay, *, log
     session = Session(tracker, cluster.sources(job), logs=logs, tail=tail, ranks=ranks)
     deadline = time.monotonic() + timeout if timeout else None
     state = tracker.state
-    # Ctrl-C and SIGTERM stop the watch, even where a parent started us with
-    # SIGINT ignored (background jobs of non-interactive shells, CI runners).
-    previous = {sig: signal.signal(sig, signal.default_int_handler)
-                for sig in (signal.SIGINT, signal.SIGTERM)}
     display.start(state)
-    try:
-        session.start()
-        for kind, payload in session.events(drain=drain):
-            if kind == "warning":
-                display.warning(payload)
-            elif kind == "log":
-                display.log(*payload)
-            elif kind == "update":
-                display.update(state)
-            elif kind == "tick":
-                display.tick(state)
-            if deadline is not None and state.outcome is None and time.monotonic() > deadline:
-                raise TimedOut(_timeout_line(state, timeout or 0))
-    except KeyboardInterrupt:
-        display.stop()
-        click.echo(f"\ninterrupted: {_reattach_hint(meta['name'], meta['namespace'])}", err=True)
-        sys.exit(130)
-    finally:
-        session.close()
-        display.stop()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    with interruptible():
+        try:
+            session.start()
+            for kind, payload in session.events(drain=drain):
+                if kind == "warning":
+                    display.warning(payload)
+                elif kind == "log":
+                    display.log(*payload)
+                elif kind == "update":
+                    display.update(state)
+                elif kind == "tick":
+                    display.tick(state)
+                if deadline is not None and state.outcome is None and time.monotonic() > deadline:
+                    raise TimedOut(_timeout_line(state, timeout or 0))
+        except KeyboardInterrupt:
+            display.stop()
+            hint = _reattach_hint(meta["name"], meta["namespace"])
+            click.echo(f"\ninterrupted: {hint}", err=True)
+            sys.exit(130)
+        finally:
+            session.close()
+            display.stop()
     return state
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from kdist.errors import UsageError
+from kdist.signals import interruptible
 
 LOCAL_MASTER = "127.0.0.1"
 # How long the other nodes get to fail on their own once one has failed (their
@@ -47,7 +48,7 @@ def run_local(job: Any, *, stdout: IO[str] | None = None) -> int:
     if ckpt is not None:
         ckpt.mkdir(parents=True, exist_ok=True)
         print(f"kdist: checkpoints of this local run go to {ckpt} "
-              f"(spec.checkpoint.path is the pods' path)", file=stdout or sys.stdout, flush=True)
+              f"(spec.checkpoint.path is the pods' path)", file=sys.stderr, flush=True)
         for env in envs:
             env["KDIST_CHECKPOINT_DIR"] = str(ckpt)
     port = int(envs[0].get("KDIST_MASTER_PORT", "29500"))
@@ -188,37 +189,38 @@ def run_nodes(
     procs: list[subprocess.Popen[bytes]] = []
     threads: list[threading.Thread] = []
     code = 0
-    try:
-        for node, env in enumerate(envs):
-            proc = subprocess.Popen(
-                _python(argv), env=dict(env), stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-            )
-            procs.append(proc)
-            pump = threading.Thread(target=_pump, args=(proc, node, out, lock), daemon=True)
-            pump.start()
-            threads.append(pump)
-            threading.Thread(
-                target=lambda p=proc, n=node: exits.put((n, p.wait())), daemon=True
-            ).start()
-        pending = len(procs)
-        while pending:
-            timeout = fail_grace_s if code else None
-            try:
-                _, rc = exits.get(timeout=timeout)
-            except queue.Empty:
-                break  # a node failed and the rest did not follow in time
-            pending -= 1
-            if rc and not code:
-                code = 128 - rc if rc < 0 else rc
-        _stop(procs, signal.SIGTERM, stop_grace_s)
-    except KeyboardInterrupt:
-        _stop(procs, signal.SIGINT, stop_grace_s)
-        code = code or 128 + signal.SIGINT
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                _kill_tree(proc)
-        for pump in threads:
-            pump.join(timeout=5)
+    with interruptible():
+        try:
+            for node, env in enumerate(envs):
+                proc = subprocess.Popen(
+                    _python(argv), env=dict(env), stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+                )
+                procs.append(proc)
+                pump = threading.Thread(target=_pump, args=(proc, node, out, lock), daemon=True)
+                pump.start()
+                threads.append(pump)
+                threading.Thread(
+                    target=lambda p=proc, n=node: exits.put((n, p.wait())), daemon=True
+                ).start()
+            pending = len(procs)
+            while pending:
+                timeout = fail_grace_s if code else None
+                try:
+                    _, rc = exits.get(timeout=timeout)
+                except queue.Empty:
+                    break  # a node failed and the rest did not follow in time
+                pending -= 1
+                if rc and not code:
+                    code = 128 - rc if rc < 0 else rc
+            _stop(procs, signal.SIGTERM, stop_grace_s)
+        except KeyboardInterrupt:
+            _stop(procs, signal.SIGINT, stop_grace_s)
+            code = code or 128 + signal.SIGINT
+        finally:
+            for proc in procs:
+                if proc.poll() is None:
+                    _kill_tree(proc)
+            for pump in threads:
+                pump.join(timeout=5)
     return code

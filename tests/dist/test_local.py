@@ -41,7 +41,8 @@ def write_job(tmp_path: Path, port: int) -> Path:
 
 
 @pytest.mark.timeout(90)
-def test_two_node_ddp_job_runs_locally(tmp_path):
+def test_two_node_ddp_job_runs_locally(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # local runs keep checkpoints under ./.kdist/<name>/
     out = io.StringIO()
     code = run_local(load_job(write_job(tmp_path, free_port())), stdout=out)
     lines = out.getvalue().splitlines()
@@ -58,7 +59,8 @@ def test_two_node_ddp_job_runs_locally(tmp_path):
     for rank, losses in steps.items():
         assert len(losses) == 4, rank
         assert losses[-1] < losses[0] * 0.8, (rank, losses)  # it learns
-    assert (tmp_path / "ckpt" / "latest").read_text().strip() == "step-40"
+    ckpt = tmp_path / ".kdist" / "local-ddp" / "checkpoints"
+    assert (ckpt / "latest").read_text().strip() == "step-40"
 
 
 @pytest.mark.timeout(30)
