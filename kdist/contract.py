@@ -61,6 +61,8 @@ def env_contract(
     env["KDIST_MASTER_PORT"] = str(s.distributed.port)
     env["KDIST_DIST_BACKEND"] = s.dist_backend
     env["KDIST_MAX_RESTARTS"] = str(s.distributed.max_restarts)
+    env["KDIST_RDZV_TIMEOUT"] = str(s.distributed.rendezvous_timeout_seconds)
+    env["KDIST_PG_TIMEOUT"] = str(s.distributed.collective_timeout_seconds)
     if s.checkpoint is not None:
         env["KDIST_CHECKPOINT_DIR"] = s.checkpoint.path
     env["OMP_NUM_THREADS"] = str(omp_threads(job))

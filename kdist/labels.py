@@ -18,6 +18,10 @@ QUEUE = "kueue.x-k8s.io/queue-name"
 
 # Where the rank of a pod can be read, per backend.
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+# The Job controller's count of an index's earlier pods that failed (backoffLimitPerIndex),
+# counted and not counted: a deleted pod is gone, this remembers it.
+INDEX_FAILURES = ("batch.kubernetes.io/job-index-failure-count",
+                  "batch.kubernetes.io/job-index-ignored-failure-count")
 KF_REPLICA_TYPE = "training.kubeflow.org/replica-type"
 KF_REPLICA_INDEX = "training.kubeflow.org/replica-index"
 KF_JOB_NAME = "training.kubeflow.org/job-name"

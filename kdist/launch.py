@@ -23,19 +23,15 @@ node rank). Why not c10d:
   not because its host name happens to match the master address;
 - the gang is fixed in size (a Job of N pods): nothing elastic is lost.
 
-Whole-gang restarts (``KDIST_MAX_RESTARTS``) still work: a dead worker breaks
-every peer's next collective (at once with gloo, within the short
-process-group timeout otherwise), so every launcher sees its own workers fail
-and restarts them all, and each restarted worker resumes from the newest
-checkpoint. Because every failure fails every rank once, the launchers stay
-on the same restart count, and the workers meet again under the restart
-count's store prefix (see ``kdist.workloads.common.init_distributed``).
-
-Limits of in-place restarts: the store outlives a restart, so a user's own
-script must join through such a prefix too (``init_distributed`` does it)
-or its restarted workers may read a dead attempt's addresses; and a dead
-*pod* (its launcher gone, not just a worker) cannot rejoin a running gang:
-that needs the whole job restarted, which resumes from the checkpoint.
+Restarts belong to the job, not to the launcher (see ``kdist.exitcodes``):
+the agent never restarts workers in place. A failed worker ends this
+launcher with an exit code that says whether it is worth a retry; every peer
+then fails its next collective and exits ``PEER_LOST``; and whoever runs the
+launchers (the Job controller, the training operator, ``kdist run --local``)
+makes the whole gang anew, up to ``maxRestarts`` times, each worker resuming
+from the newest checkpoint. In-place restarts cannot work across pods: a
+replaced pod's launcher starts at restart 0 while the survivors would be at
+1, and a dead node 0 takes the store with it.
 """
 
 from __future__ import annotations
@@ -51,6 +47,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from kdist import exitcodes
 from kdist.errors import KdistError
 
 DEFAULT_PORT = 29500
@@ -300,6 +297,18 @@ def _exit_code_of(exitcode: int) -> int:
     return exitcode or 1
 
 
+def pick_failure(failures: Mapping[int, tuple[int, float]]) -> int:
+    """The global rank whose failure the launcher reports, from {rank: (exitcode, time)}.
+
+    ``exitcode`` as torch gives it (negative: killed by that signal). The
+    most telling failure wins (``exitcodes.severity``), then the earliest.
+    """
+    return min(
+        failures,
+        key=lambda r: (exitcodes.severity(_exit_code_of(failures[r][0])), failures[r][1], r),
+    )
+
+
 def _describe_exit(exitcode: int) -> str:
     if exitcode < 0:
         try:
@@ -341,7 +350,7 @@ def run(plan: LaunchPlan, module: str | None, rest: list[str], *, prefix_lines: 
         rdzv_backend="static",
         rdzv_endpoint=f"{plan.master_addr}:{plan.master_port}",
         rdzv_configs={"rank": plan.node_rank, "timeout": plan.rdzv_timeout_s},
-        max_restarts=plan.max_restarts,
+        max_restarts=0,  # restarts belong to the job: see the module's docstring
         logs_specs=DefaultLogsSpecs(log_dir=log_dir, redirects=std, tee=std),
         log_line_prefix_template=LOG_PREFIX_TEMPLATE if prefix_lines else None,
         shutdown_timeout=15,
@@ -351,18 +360,23 @@ def run(plan: LaunchPlan, module: str | None, rest: list[str], *, prefix_lines: 
         elastic_launch(config, entrypoint)(*args)
         return 0
     except ChildFailedError as e:
-        rank, failure = e.get_first_failure()
+        rank = pick_failure({r: (f.exitcode, f.timestamp) for r, f in e.failures.items()})
+        failure = e.failures[rank]
+        code = _exit_code_of(failure.exitcode)
         _say(
             f"worker rank {rank} (node {plan.node_rank}, local rank {failure.local_rank}, "
             f"pid {failure.pid}) {_describe_exit(failure.exitcode)}{_cause(failure.message)}; "
-            f"job {plan.job_name} failed after {plan.max_restarts} restart(s)"
+            f"exiting {code}: {exitcodes.describe(code)}"
         )
-        return _exit_code_of(failure.exitcode)
+        return code
     except SignalException as e:
         _say(f"stopped by {signal.Signals(e.sigval).name}")
         return 128 + int(e.sigval)
     except Exception as e:  # rendezvous and store errors: one line, no traceback
-        _say(f"rendezvous with {plan.master_addr}:{plan.master_port} failed: {e}")
+        _say(
+            f"rendezvous of {plan.nnodes} node(s) at {plan.master_addr}:{plan.master_port} "
+            f"failed (KDIST_RDZV_TIMEOUT={plan.rdzv_timeout_s}s): {' '.join(str(e).split())}"
+        )
         return 1
     finally:
         shutil.rmtree(log_dir, ignore_errors=True)
@@ -383,7 +397,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"job {plan.job_name}: node {plan.node_rank}/{plan.nnodes}, "
             f"ranks {plan.global_ranks.start}-{plan.global_ranks.stop - 1} of "
             f"{plan.world_size}, master {plan.master_addr}:{plan.master_port}, "
-            f"backend {plan.backend}, max restarts {plan.max_restarts}"
+            f"backend {plan.backend}, job restarts allowed {plan.max_restarts}"
         )
         wait_for_master(plan)
     except LaunchError as e:

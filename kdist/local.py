@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from kdist import exitcodes
 from kdist.errors import UsageError
 from kdist.signals import interruptible
 
@@ -34,8 +35,10 @@ STOP_GRACE_S = 20.0
 def run_local(job: Any, *, stdout: IO[str] | None = None) -> int:
     """Run ``job`` as ``job.spec.nodes`` local launchers; return the job's exit code.
 
-    The exit code is the first non-zero one a node exits with (0 when all
-    succeed). Raises ``UsageError`` when the spec's port is taken here.
+    The exit code is the most telling one a node exits with (a code error
+    before a kill before a lost peer; 0 when all succeed), after up to
+    ``spec.distributed.maxRestarts`` restarts of every node. Raises
+    ``UsageError`` when the spec's port is taken here.
     """
     from kdist import contract
 
@@ -53,7 +56,7 @@ def run_local(job: Any, *, stdout: IO[str] | None = None) -> int:
             env["KDIST_CHECKPOINT_DIR"] = str(ckpt)
     port = int(envs[0].get("KDIST_MASTER_PORT", "29500"))
     ensure_port_free(port)
-    return run_nodes(argv, envs, stdout=stdout)
+    return run_nodes(argv, envs, stdout=stdout, max_restarts=job.spec.distributed.max_restarts)
 
 
 def local_checkpoint_dir(job: Any, cwd: Path) -> Path | None:
@@ -174,21 +177,44 @@ def run_nodes(
     envs: Sequence[Mapping[str, str]],
     *,
     stdout: IO[str] | None = None,
+    max_restarts: int = 0,
     fail_grace_s: float = FAIL_GRACE_S,
     stop_grace_s: float = STOP_GRACE_S,
 ) -> int:
     """Start one ``argv`` per env (node), stream their output, return the job's exit code.
 
     When a node fails, the others get ``fail_grace_s`` to fail or finish on
-    their own before they are stopped. Ctrl-C stops every node's process
-    group (SIGINT, then SIGKILL after ``stop_grace_s``).
+    their own before they are stopped. A retryable failure (``kdist.exitcodes``)
+    restarts every node, up to ``max_restarts`` times, as the Job controller
+    would recreate every pod. Ctrl-C stops every node's process group
+    (SIGINT, then SIGKILL after ``stop_grace_s``) and is never retried.
     """
     out = stdout if stdout is not None else sys.stdout
+    restart = 0
+    while True:
+        node, code, interrupted = _run_once(argv, envs, out, fail_grace_s, stop_grace_s)
+        if interrupted or not exitcodes.is_retryable(code) or restart >= max_restarts:
+            return code
+        restart += 1
+        print(f"kdist: node {node} exited with code {code}, {exitcodes.describe(code)}; "
+              f"restarting every node (restart {restart} of {max_restarts}), resuming "
+              "from the newest checkpoint", file=sys.stderr, flush=True)
+
+
+def _run_once(
+    argv: Sequence[str],
+    envs: Sequence[Mapping[str, str]],
+    out: IO[str],
+    fail_grace_s: float,
+    stop_grace_s: float,
+) -> tuple[int, int, bool]:
+    """One attempt of every node: (first failed node, its exit code, interrupted)."""
     lock = threading.Lock()
     exits: queue.Queue[tuple[int, int]] = queue.Queue()
     procs: list[subprocess.Popen[bytes]] = []
     threads: list[threading.Thread] = []
-    code = 0
+    failures: list[tuple[int, int]] = []  # (node, exit code) in the order they came
+    interrupted = False
     with interruptible():
         try:
             for node, env in enumerate(envs):
@@ -205,22 +231,28 @@ def run_nodes(
                 ).start()
             pending = len(procs)
             while pending:
-                timeout = fail_grace_s if code else None
+                timeout = fail_grace_s if failures else None
                 try:
-                    _, rc = exits.get(timeout=timeout)
+                    node, rc = exits.get(timeout=timeout)
                 except queue.Empty:
                     break  # a node failed and the rest did not follow in time
                 pending -= 1
-                if rc and not code:
-                    code = 128 - rc if rc < 0 else rc
+                if rc:
+                    failures.append((node, 128 - rc if rc < 0 else rc))
             _stop(procs, signal.SIGTERM, stop_grace_s)
         except KeyboardInterrupt:
             _stop(procs, signal.SIGINT, stop_grace_s)
-            code = code or 128 + signal.SIGINT
+            failures.append((-1, 128 + signal.SIGINT))
+            interrupted = True
         finally:
             for proc in procs:
                 if proc.poll() is None:
                     _kill_tree(proc)
             for pump in threads:
                 pump.join(timeout=5)
-    return code
+    if not failures:
+        return -1, 0, interrupted
+    if interrupted:
+        return failures[0][0], failures[0][1], True
+    _, (node, code) = min(enumerate(failures), key=lambda f: (exitcodes.severity(f[1][1]), f[0]))
+    return node, code, False

@@ -15,6 +15,7 @@ from typing import Any
 import jinja2
 import yaml
 
+from kdist import exitcodes
 from kdist import labels as L
 from kdist.contract import env_contract, launch_argv, master_service_addr
 from kdist.errors import KdistError
@@ -22,8 +23,6 @@ from kdist.quantity import format_bytes, parse_quantity
 from kdist.spec import TrainingJob
 
 RUN_AS_UID = 1000
-# Exit codes that mean "the training code failed": never worth a retry.
-CODE_ERROR_EXIT_CODES = list(range(1, 128))
 _YAML_UNSAFE = re.compile("[\x7f-\x9f\u2028\u2029\ufeff\ufffe\uffff]")
 
 
@@ -131,7 +130,7 @@ def _context(job: TrainingJob) -> dict[str, Any]:
         "port": s.distributed.port,
         "nodes": s.nodes,
         "max_restarts": s.distributed.max_restarts,
-        "code_error_exit_codes": CODE_ERROR_EXIT_CODES,
+        "code_error_exit_codes": list(exitcodes.CODE_ERRORS),
         "ttl_seconds_after_finished": s.ttl_seconds_after_finished,
         "active_deadline_seconds": s.active_deadline_seconds,
         "nproc_per_node": str(s.procs_per_node),

@@ -193,6 +193,10 @@ class Distributed(_Model):
     backend: Literal["auto", "nccl", "gloo"] = "auto"
     port: Annotated[StrictInt, Field(ge=1024, le=65535)] = 29500
     max_restarts: Annotated[StrictInt, Field(ge=0, le=100)] = 0
+    # How long a node waits for the others to arrive (also after a restart), and
+    # how long a collective may wait on a silent peer before the job fails.
+    rendezvous_timeout_seconds: Annotated[StrictInt, Field(ge=1, le=86400)] = 300
+    collective_timeout_seconds: Annotated[StrictInt, Field(ge=1, le=86400)] = 300
 
 
 class Resources(_Model):

@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
+from kdist import exitcodes
+from kdist import labels as L
 from kdist.cluster import Gone, Transient, pod_rank
 from kdist.errors import ClusterError
 
@@ -82,6 +84,7 @@ class Failure:
     exit_code: int
     reason: str
     finished_at: str
+    said: str = ""  # the last line the pod's main container wrote (its termination message)
 
 
 @dataclass
@@ -120,8 +123,12 @@ class JobState:
         return "Gone" if self.outcome and not r.pod else r.phase
 
     def first_failure(self) -> Failure | None:
-        """The pod that failed first (earliest non-zero exit), if any did."""
-        return min(self.failures, key=lambda f: (f.finished_at, f.rank), default=None)
+        """The pod whose failure explains the job's: the most telling, then the earliest.
+
+        A code error before a kill before a lost peer (``exitcodes.severity``).
+        """
+        return min(self.failures, default=None,
+                   key=lambda f: (exitcodes.severity(f.exit_code), f.finished_at, f.rank))
 
     def failure_line(self) -> str:
         """One line naming why the job failed: the rank and its exit code when known."""
@@ -132,6 +139,8 @@ class JobState:
         if bad is not None:
             why = f" ({bad.reason})" if bad.reason and bad.reason != "Error" else ""
             what += f": rank {bad.rank} (pod {bad.pod}) exited with code {bad.exit_code}{why}"
+            if bad.said:
+                what += f": {bad.said}"
         if self.reason:
             what += f" [{self.reason}: {self.message}]" if self.message else f" [{self.reason}]"
         return what
@@ -259,10 +268,31 @@ class _PodView:
     reason: str
     node: str
     restarts: int
+    earlier_pods: int  # the rank's pods before this one, as the Job controller counts them
     exit_code: int | None
     finished_at: str | None
+    said: str
     running: bool
     started: bool  # the main container has run (logs can be read)
+
+
+def _int(value: Any) -> int:
+    try:
+        return max(0, int(value))
+    except (TypeError, ValueError):
+        return 0
+
+
+def last_words(message: str, limit: int = 300) -> str:
+    """The line of a termination message that says why: kdist's own, else the last one.
+
+    With ``FallbackToLogsOnError`` the message is the log's tail; the launcher
+    ends it with one ``kdist.launch: ...`` line naming the failed worker.
+    """
+    lines = [" ".join(line.split()) for line in message.splitlines() if line.strip()]
+    ours = [line for line in lines if line.startswith(("kdist.launch:", "kdist:"))]
+    pick = (ours or lines or [""])[-1]
+    return pick if len(pick) <= limit else pick[: limit - 3] + "..."
 
 
 def _main_container(statuses: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -274,17 +304,20 @@ def _main_container(statuses: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 def _pod_view(pod: dict[str, Any]) -> _PodView:
     meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+    annotations = meta.get("annotations") or {}
     phase = status.get("phase") or "Pending"
     reason = status.get("reason") or ""
     cs = _main_container(status.get("containerStatuses") or [])
     state = (cs or {}).get("state") or {}
     exit_code = finished = None
+    said = ""
     if "waiting" in state:
         reason = state["waiting"].get("reason") or reason
     elif "terminated" in state:
         term = state["terminated"]
         reason = term.get("reason") or reason
         exit_code, finished = term.get("exitCode"), term.get("finishedAt")
+        said = last_words(term.get("message") or "")
     if cs is None:
         for ics in status.get("initContainerStatuses") or []:
             waiting = (ics.get("state") or {}).get("waiting")
@@ -301,8 +334,9 @@ def _pod_view(pod: dict[str, Any]) -> _PodView:
         uid=meta.get("uid") or meta.get("name", ""), name=meta.get("name", ""),
         rank=pod_rank(pod), created=meta.get("creationTimestamp") or "", phase=phase,
         reason=reason, node=(pod.get("spec") or {}).get("nodeName") or "",
-        restarts=int((cs or {}).get("restartCount") or 0), exit_code=exit_code,
-        finished_at=finished, running="running" in state,
+        restarts=int((cs or {}).get("restartCount") or 0),
+        earlier_pods=sum(_int(annotations.get(k)) for k in L.INDEX_FAILURES), exit_code=exit_code,
+        finished_at=finished, said=said, running="running" in state,
         started="running" in state or "terminated" in state,
     )
 
@@ -386,7 +420,7 @@ class Tracker:
         if view.exit_code not in (None, 0) and view.uid not in self._failed:
             self._failed.add(view.uid)
             self.state.failures.append(Failure(view.rank, view.name, view.exit_code,
-                                               view.reason, view.finished_at or ""))
+                                               view.reason, view.finished_at or "", view.said))
         self._refresh_rank(view.rank)
         return self._pod_warnings(pod, view, old)
 
@@ -425,7 +459,8 @@ class Tracker:
         v = max(live, key=lambda p: (p.created, p.name))
         r.pod, r.phase, r.reason, r.node = v.name, v.phase, v.reason, v.node
         r.exit_code, r.finished_at = v.exit_code, v.finished_at
-        r.restarts = len(self._rank_pods[rank]) - 1 + v.restarts
+        # Pods seen come and go (a deleted one vanishes); the Job controller's count stays.
+        r.restarts = max(len(self._rank_pods[rank]) - 1, v.earlier_pods) + v.restarts
 
     def _warn(self, key: tuple[Any, ...], text: str) -> list[str]:
         if key in self._warned:
@@ -494,9 +529,11 @@ class Tracker:
                               f"{last_term.get('exitCode')} ({last_term.get('reason', '')})")
         if (term and term.get("exitCode") not in (0, None) and term.get("reason") != "OOMKilled"
                 and not evicted):
+            code = term.get("exitCode")
+            hint = f": {exitcodes.describe(code)}" if isinstance(code, int) else ""
             out += self._warn(("exit", v.uid, name, restarts),
-                              f"{who}: container {name} exited with code {term.get('exitCode')} "
-                              f"({term.get('reason', 'Error')})")
+                              f"{who}: container {name} exited with code {code} "
+                              f"({term.get('reason', 'Error')}){hint}")
         return out
 
     # -- logs -----------------------------------------------------------------------------
@@ -519,6 +556,8 @@ class Tracker:
             if isinstance(loss, (int, float)) and math.isfinite(loss):
                 r.loss = float(loss)
                 r.losses = (r.losses + [float(loss)])[-MAX_HISTORY:]
+        elif record["event"] == "resume" and isinstance(record.get("step"), int):
+            r.step = record["step"]  # a restarted rank goes on from its checkpoint
         elif record["event"] == "done":
             r.done = True
             if isinstance(record.get("step"), int):

@@ -10,6 +10,7 @@ import os
 import signal
 import sys
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -20,10 +21,19 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils.data.distributed import DistributedSampler
 
+from kdist import exitcodes
+
 DEFAULT_PG_TIMEOUT_S = 300
-# Test hook: "RANK:STEP" makes that rank SIGKILL itself after that step, on a
-# job's first attempt only (TORCHELASTIC_RESTART_COUNT=0).
+# Test hook: "RANK:STEP" makes that rank SIGKILL itself after that step, once per
+# job: a marker in the checkpoint directory (which outlives the gang restart
+# that follows) keeps the resumed run from doing it again.
 FAULT_ENV = "KDIST_FAULT_KILL_AT"
+# What a collective or the store says when the other end is gone: gloo's
+# transport errors carry their source path; torch's own are DistError subclasses.
+_PEER_LOST_HINTS = (
+    "gloo/transport/", "Connection reset by peer", "Connection closed by peer",
+    "Broken pipe", "NCCL communicator was aborted", "ncclRemoteError",
+)
 
 
 def add_common_args(parser: argparse.ArgumentParser) -> None:
@@ -41,6 +51,8 @@ def add_common_args(parser: argparse.ArgumentParser) -> None:
     add("--checkpoint-dir", default=os.environ.get("KDIST_CHECKPOINT_DIR") or None,
         help="default: $KDIST_CHECKPOINT_DIR; no checkpoints when unset")
     add("--keep-checkpoints", type=int, default=2, help="complete checkpoints kept; 0 = all")
+    add("--step-delay", type=float, default=0.0,
+        help="seconds to sleep after each step, to pace demos and fault drills (default 0)")
     add("--dataset-size", type=int, default=65536, help="synthetic samples (default 65536)")
     add("--features", type=int, default=64, help="input features (default 64)")
     add("--classes", type=int, default=10, help="classes (default 10)")
@@ -55,6 +67,8 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
             parser.error(f"--{name.replace('_', '-')} must be >= 1")
     if args.checkpoint_every < 0:
         parser.error("--checkpoint-every must be >= 0")
+    if not 0 <= args.step_delay <= 3600:
+        parser.error("--step-delay must be between 0 and 3600 seconds")
 
 
 @dataclass(frozen=True)
@@ -120,7 +134,51 @@ def init_distributed() -> Dist:
         dist.init_process_group(backend, **kwargs)
     else:
         dist.init_process_group(backend, store=store, rank=rank, world_size=world, **kwargs)
+    _exit_peer_lost_on_uncaught(rank)
     return Dist(rank, world, local_rank, backend, device)
+
+
+def is_peer_lost(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what caused it) is a collective or store failing on a lost peer."""
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, dist.DistError):
+            return True
+        if isinstance(e, (RuntimeError, ConnectionError)) and any(
+            hint in str(e) for hint in _PEER_LOST_HINTS
+        ):
+            return True
+        e = e.__cause__ or e.__context__
+    return False
+
+
+def exit_peer_lost(rank: int, exc: BaseException) -> None:
+    """Say why, then leave at once with ``exitcodes.PEER_LOST`` (a gang restart).
+
+    ``os._exit``: tearing the group down with a dead peer can hang (NCCL), and
+    nothing of this attempt is worth saving past the last checkpoint.
+    """
+    first = " ".join(str(exc).split())[:300]
+    print(f"kdist: rank {rank} lost a peer ({type(exc).__name__}: {first}); exiting "
+          f"{exitcodes.PEER_LOST} so the whole job restarts from its newest checkpoint",
+          file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    os._exit(exitcodes.PEER_LOST)
+
+
+def _exit_peer_lost_on_uncaught(rank: int) -> None:
+    """A user's own script gets the same exit code when a lost peer ends it."""
+    previous = sys.excepthook
+
+    def hook(kind: type[BaseException], exc: BaseException, tb: Any) -> None:
+        if is_peer_lost(exc):
+            traceback.print_exception(kind, exc, tb)
+            exit_peer_lost(rank, exc)
+        previous(kind, exc, tb)
+
+    sys.excepthook = hook
 
 
 def shutdown_distributed(ok: bool) -> None:
@@ -143,15 +201,28 @@ def log_event(event: str, **fields: Any) -> None:
     sys.stdout.flush()
 
 
-def maybe_inject_fault(rank: int, step: int) -> None:
-    """SIGKILL this process at the step named by ``KDIST_FAULT_KILL_AT`` (tests)."""
+def maybe_inject_fault(rank: int, step: int, checkpoint_dir: str | None = None) -> None:
+    """SIGKILL this process at the step named by ``KDIST_FAULT_KILL_AT`` (tests).
+
+    Once per job: with a checkpoint directory a marker there remembers it
+    across gang restarts; without one, only on the launcher's first attempt.
+    """
     spec = os.environ.get(FAULT_ENV)
-    if not spec or os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0":
+    if not spec:
         return
     at_rank, _, at_step = spec.partition(":")
-    if rank == int(at_rank) and step == int(at_step):
-        sys.stdout.flush()
-        os.kill(os.getpid(), signal.SIGKILL)
+    if rank != int(at_rank) or step != int(at_step):
+        return
+    if checkpoint_dir:
+        marker = os.path.join(checkpoint_dir, f".kdist-fault-{rank}-{step}")
+        if os.path.exists(marker):
+            return
+        with open(marker, "w"):
+            pass
+    elif os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0":
+        return
+    sys.stdout.flush()
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def make_dataset(seed: int, size: int, features: int, classes: int) -> tuple[torch.Tensor, ...]:
@@ -248,9 +319,12 @@ class Meter:
         return loss, round(rate, 1)
 
 
-
 def run_workload(body: Callable[[Dist], None]) -> int:
-    """Join the group, run `body`, leave the group cleanly; 130 on Ctrl-C."""
+    """Join the group, run `body`, leave the group cleanly; 130 on Ctrl-C.
+
+    A lost peer ends the process with ``exitcodes.PEER_LOST`` (see there);
+    any other exception propagates: a code error.
+    """
     d = init_distributed()
     ok = False
     try:
@@ -258,6 +332,10 @@ def run_workload(body: Callable[[Dist], None]) -> int:
         ok = True
     except KeyboardInterrupt:  # Ctrl-C on a local run: the launcher reports it
         return 128 + signal.SIGINT
+    except Exception as e:
+        if is_peer_lost(e):
+            exit_peer_lost(d.rank, e)
+        raise
     finally:
         shutdown_distributed(ok)
     return 0

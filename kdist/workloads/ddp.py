@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from typing import Any
 
 import torch
@@ -118,7 +119,9 @@ def train(args: argparse.Namespace, d: Dist) -> None:
             loss, rate = meter.read()
             log_event("step", step=step, loss=loss, samples_per_s=rate, rank=d.rank,
                       world_size=d.world_size)
-        maybe_inject_fault(d.rank, step)
+        maybe_inject_fault(d.rank, step, args.checkpoint_dir)
+        if args.step_delay:
+            time.sleep(args.step_delay)
         if ckpt and args.checkpoint_every and step % args.checkpoint_every == 0:
             save(step)
             saved = step

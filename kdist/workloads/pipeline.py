@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from datetime import timedelta
 
 import torch
@@ -191,7 +192,9 @@ def train(args: argparse.Namespace, d: Dist, stages: int) -> None:
             loss, rate = meter.read()
             log_event("step", step=step, loss=loss, samples_per_s=rate, rank=d.rank,
                       world_size=d.world_size)
-        maybe_inject_fault(d.rank, step)
+        maybe_inject_fault(d.rank, step, args.checkpoint_dir)
+        if args.step_delay:
+            time.sleep(args.step_delay)
         if ckpt and args.checkpoint_every and step % args.checkpoint_every == 0:
             save(step)
             saved = step

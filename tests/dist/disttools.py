@@ -74,7 +74,9 @@ class Run:
 def run_envs(argv: list[str], envs: list[dict[str, str]]) -> Run:
     out = io.StringIO()
     started = time.monotonic()
-    code = run_nodes(LAUNCH + argv, [local_env(e) for e in envs], stdout=out)
+    restarts = int(envs[0].get("KDIST_MAX_RESTARTS", "0"))
+    code = run_nodes(LAUNCH + argv, [local_env(e) for e in envs], stdout=out,
+                     max_restarts=restarts)
     return Run(code, out.getvalue().splitlines(), time.monotonic() - started)
 
 

@@ -59,11 +59,14 @@ def killed(tmp_path_factory) -> tuple[Run, Path]:
 @pytest.mark.timeout(120)
 def test_killed_rank_fails_the_job_quickly_with_a_clear_message(killed):
     run, ckpt = killed
-    # The job's code is the first node's to fail: 137 (node 1) or 1 (node 0, its peer gone).
-    assert run.code in (128 + 9, 1), run.text
+    # The kill names the job's failure; node 0 exits "peer lost" (203), not a code error.
+    assert run.code == 128 + 9, run.text
     assert run.seconds < 60
     assert "kdist.launch: worker rank 1 (node 1, local rank 0" in run.text
     assert "was killed by SIGKILL" in run.text
+    assert "kdist: rank 0 lost a peer" in run.text
+    assert "kdist.launch: worker rank 0 (node 0, local rank 0" in run.text
+    assert "exited with code 203" in run.text
     assert max(e["step"] for e in run.events("step")) <= 10
     assert (ckpt / "latest").read_text().strip() == "step-8"
     assert not list(ckpt.glob(".tmp-*"))

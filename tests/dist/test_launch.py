@@ -135,3 +135,46 @@ def test_ctrl_c_stops_every_process_group():
     assert proc.returncode == 128 + signal.SIGINT, rest
     assert time.monotonic() - started < 45
     assert _processes_with(marker) == []
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(("exit_code", "attempts"), [(1, 1), (137, 3)])
+def test_the_local_runner_restarts_every_node_only_on_retryable_exits(
+        exit_code, attempts, capfd):
+    """A code error ends the job at once; a kill restarts every node, maxRestarts times."""
+    code = (f"import os, sys; print('attempt', flush=True); "
+            f"sys.exit({exit_code} if os.environ['RANK'] == '1' else 0)")
+    run = run_job(["--", "python", "-c", code], nodes=2, KDIST_MAX_RESTARTS="2")
+    assert run.code == exit_code, run.text
+    # Every attempt starts both nodes' workers.
+    assert sum(line.endswith("] attempt") for line in run.lines) == 2 * attempts, run.text
+    notices = [line for line in capfd.readouterr().err.splitlines() if "restarting every" in line]
+    assert len(notices) == attempts - 1
+    if notices:
+        assert notices[-1].startswith(f"kdist: node 1 exited with code {exit_code}")
+        assert "(restart 2 of 2)" in notices[-1]
+
+
+PEER_LOST_SCRIPT = textwrap.dedent("""
+    import os, signal, sys, time
+    import torch, torch.distributed as dist
+    from kdist.workloads.common import init_distributed
+    d = init_distributed()
+    t = torch.ones(4)
+    for step in range(1000):
+        if d.rank == 1 and step == 3:
+            os.kill(os.getpid(), signal.SIGKILL)
+        dist.all_reduce(t)
+        time.sleep(0.01)
+""")
+
+
+@pytest.mark.timeout(120)
+def test_a_users_script_that_loses_a_peer_exits_peer_lost():
+    """init_distributed makes an uncaught lost-peer error exit 203, not 1 (a code error)."""
+    run = run_job(["--", "python", "-c", PEER_LOST_SCRIPT], nodes=2)
+    assert run.code == 137, run.text  # the kill names the job's failure ...
+    node0 = [line for line in run.lines if line.startswith("[node 0]")]
+    # ... and rank 0 saw a lost peer, not a code error.
+    assert any("kdist: rank 0 lost a peer" in line for line in run.lines), run.text
+    assert any("exiting 203: lost a peer" in line for line in node0), run.text

@@ -36,7 +36,8 @@ def test_code_error_fails_fast_without_burning_retries(backend, namespace, kdist
 
 def test_infrastructure_exit_is_retried_then_gives_up(namespace, kdist, job_file):
     """Exit 137 (what SIGKILL/OOM looks like) counts against maxRestarts: the
-    Job makes a new pod for the index each time, and fails once they are spent."""
+    Job makes a new pod for the index each time, and fails once they are spent
+    (backoffLimitPerIndex: the index is failed for good, and no index may be)."""
     path = job_file("infra", nodes=1, args=["--max-steps", "3"],
                     distributed={"backend": "gloo", "maxRestarts": 1},
                     paced={"PACE": "0.2", "FAIL_RANK": "0", "FAIL_AT": "1", "FAIL_CODE": "137"})
@@ -45,4 +46,6 @@ def test_infrastructure_exit_is_retried_then_gives_up(namespace, kdist, job_file
     job = json.loads(kubectl("-n", namespace, "get", "job", "infra", "-o", "json").stdout)
     assert job["status"].get("failed", 0) == 2, job["status"]  # the first try + 1 restart
     reasons = {c["type"]: c.get("reason") for c in job["status"]["conditions"]}
-    assert "BackoffLimitExceeded" in reasons.values(), reasons
+    assert "MaxFailedIndexesExceeded" in reasons.values(), reasons
+    assert job["status"].get("failedIndexes") == "0", job["status"]
+    assert "rank 0" in sub.stderr and "exited with code 137" in sub.stderr, sub.stderr

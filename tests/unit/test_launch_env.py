@@ -279,3 +279,17 @@ def test_local_runs_keep_checkpoints_in_the_working_directory(tmp_path):
                                                         "volume": {"emptyDir": {}}}}))
     assert local_checkpoint_dir(job, tmp_path) == tmp_path / ".kdist" / "unit-job" / "checkpoints"
     assert local_checkpoint_dir(validate_job(spec_with()), tmp_path) is None
+
+
+def test_the_specs_timeouts_reach_the_launcher_through_the_rendered_pod():
+    from kdist.rendering import render
+    from kdist.spec import validate_job
+
+    from .helpers import spec_with
+
+    job = validate_job(spec_with(**{"spec.distributed": {
+        "rendezvousTimeoutSeconds": 45, "collectiveTimeoutSeconds": 90, "maxRestarts": 2}}))
+    pod = render(job)[0]["spec"]["template"]["spec"]
+    env = {e["name"]: e["value"] for e in pod["containers"][0]["env"] if "value" in e}
+    plan = resolve_env({**env, "KDIST_NODE_RANK": "1"}, gpu_count=no_gpus)
+    assert (plan.rdzv_timeout_s, plan.pg_timeout_s, plan.max_restarts) == (45, 90, 2)

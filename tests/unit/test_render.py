@@ -8,6 +8,7 @@ import sys
 import kubernetes_validate
 import pytest
 
+from kdist import exitcodes
 from kdist import labels as L
 from kdist.rendering import render, to_json, to_yaml, with_backend
 from kdist.spec import load_job, validate_job
@@ -82,11 +83,14 @@ def test_indexed_job_shape():
     jobobj, svc = render(job)
     spec = jobobj["spec"]
     assert (spec["completionMode"], spec["completions"], spec["parallelism"]) == ("Indexed", 3, 3)
-    assert spec["backoffLimit"] == 2
+    # A gang restart fails every index once: restarts are counted per index.
+    assert (spec["backoffLimitPerIndex"], spec["maxFailedIndexes"]) == (2, 0)
+    assert "backoffLimit" not in spec
     rules = spec["podFailurePolicy"]["rules"]
     assert rules[0]["action"] == "Ignore"
     assert rules[1]["action"] == "FailJob"
     assert rules[1]["onExitCodes"]["values"] == list(range(1, 128))
+    assert exitcodes.PEER_LOST not in rules[1]["onExitCodes"]["values"]
     pod = spec["template"]["spec"]
     assert pod["subdomain"] == svc["metadata"]["name"] == "unit-job"
     assert pod["restartPolicy"] == "Never"

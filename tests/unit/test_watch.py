@@ -500,3 +500,24 @@ def test_recorded_failures_name_rank_1_and_exit_code_3(name, reason):
     assert "rank 1 (pod rec-bad-" in s.failure_line()
     assert "exited with code 3" in s.failure_line()
     assert len([w for w in warnings if "exited with code 3" in w]) == 1
+
+
+def test_a_gang_restart_is_counted_even_after_the_failed_pods_are_gone():
+    """A deleted pod vanishes from the API; the Job controller's per-index count does not."""
+    from .fixtures.handmade import idx, pod, running, terminated
+
+    t = Tracker("mnist")
+    old = pod("mnist-0-aaaaa", idx(0), 5, "Failed", terminated(203, 20))
+    old["status"]["containerStatuses"][0]["state"]["terminated"]["message"] = (
+        '{"event": "step", "step": 40}\nkdist: rank 0 lost a peer (RuntimeError: gloo)\n'
+        "kdist.launch: worker rank 0 (node 0, local rank 0, pid 9) exited with code 203; "
+        "exiting 203: lost a peer (retryable)\n")
+    warnings = t.feed("pods", "relist", [old])
+    assert any("exited with code 203" in w and "lost a peer" in w for w in warnings), warnings
+    new = pod("mnist-1-ccccc", idx(1), 7, "Running", running(30), created=30)
+    new["metadata"]["annotations"] = {"batch.kubernetes.io/job-index-failure-count": "1"}
+    t.feed("pods", "relist", [old, new])  # rank 1's first pod was deleted: never seen
+    t.feed("logs", "log", ("mnist-1-ccccc", '{"event": "resume", "step": 40, "rank": 1}'))
+    assert t.state.ranks[0].restarts == 0 and t.state.ranks[1].restarts == 1
+    assert t.state.ranks[1].step == 40
+    assert t.state.failures[0].said.startswith("kdist.launch: worker rank 0")

@@ -1,0 +1,61 @@
+"""What a training process's exit code means, shared by the manifests, the
+launcher, the workloads and the local runner (no torch, no cluster).
+
+Restarts belong to the job, not to a pod: a failed worker ends its launcher,
+its pod fails, every peer's next collective fails, and the whole gang is made
+anew (by the Job controller, the training operator or ``kdist run --local``),
+resuming from the newest checkpoint. Which failures earn such a restart is
+read from the exit code, the one thing all three can see:
+
+- 1-127: the training code failed (a Python exception, ``sys.exit(N)``).
+  Retrying would fail the same way, so the job fails at once.
+- 128+N: killed by signal N (SIGKILL from the OOM killer, SIGTERM from a
+  deleted or evicted pod): the infrastructure's doing, retried.
+- ``PEER_LOST``: this process was fine, but a peer vanished under it (a
+  collective or the store failed on the network). Retried with the gang;
+  in the code-error range it would fail the job for another pod's fault.
+"""
+
+from __future__ import annotations
+
+#: A peer of this process was lost: retry the whole gang. Above every 128+signal
+#: code Linux can produce (signals end at 64), so it reads as nothing else.
+PEER_LOST = 203
+
+#: The exit codes that fail a job at once, without a retry.
+CODE_ERRORS = range(1, 128)
+
+
+def is_retryable(code: int) -> bool:
+    """Whether a pod or process group that exited with ``code`` is worth a gang restart."""
+    return code >= 128
+
+
+def severity(code: int) -> int:
+    """Which of several failures names a job's: lower first.
+
+    A code error (0) before a kill (1) before a lost peer (2): a lost peer is
+    the echo of a failure elsewhere, and a code error must not be masked by
+    the retryable exits it causes in its peers.
+    """
+    if code == PEER_LOST:
+        return 2
+    return 1 if is_retryable(code) else 0
+
+
+def describe(code: int) -> str:
+    """A few words on what ``code`` means, for messages."""
+    if code == 0:
+        return "succeeded"
+    if code == PEER_LOST:
+        return "lost a peer (retryable)"
+    if code > 128 and code - 128 <= 64:
+        import signal
+
+        try:
+            return f"killed by {signal.Signals(code - 128).name} (retryable)"
+        except ValueError:
+            return f"killed by signal {code - 128} (retryable)"
+    if code in CODE_ERRORS:
+        return "a code error (not retried)"
+    return "retryable" if is_retryable(code) else "failed"
