@@ -54,8 +54,13 @@ def main(ctx: click.Context, kubeconfig: str | None, context: str | None,
     ctx.obj = ClusterOptions(kubeconfig=kubeconfig, context=context, namespace=namespace)
 
 
-def load(file: str, namespace: str | None = None, backend: str | None = None):
-    """The validated job, with -n and --backend applied (refused when they contradict it)."""
+def load(file: str, namespace: str | None = None, backend: str | None = None, *,
+         local: bool = False):
+    """The validated job, with -n and --backend applied (refused when they contradict it).
+
+    Warns about what is valid but probably not meant (``spec.advice``), except
+    for a local run, which keeps its checkpoints outside the spec's volume.
+    """
     from kdist.rendering import with_backend
     from kdist.spec import load_job
 
@@ -67,7 +72,16 @@ def load(file: str, namespace: str | None = None, backend: str | None = None):
     if namespace and not job.metadata.namespace:
         meta = job.metadata.model_copy(update={"namespace": namespace})
         job = job.model_copy(update={"metadata": meta})
+    if not local:
+        _warn_advice(file, job)
     return job
+
+
+def _warn_advice(file: str, job) -> None:
+    from kdist.spec import advice
+
+    for line in advice(job):
+        click.echo(f"warning: {file}: {line}", err=True)
 
 
 @main.command()
@@ -85,6 +99,7 @@ def validate(files: tuple[str, ...]) -> None:
             problems.extend(e.problems)
             continue
         s = job.spec
+        _warn_advice(file, job)
         click.echo(
             f"{file}: ok ({s.backend}, {s.nodes} node(s) x {s.procs_per_node} proc(s), "
             f"{s.dist_backend})"
@@ -137,7 +152,7 @@ def run(file: str | None, local: bool) -> None:
         raise UsageError("kdist run needs --local (use `kdist submit FILE` for a cluster)")
     from kdist.local import run_local
 
-    job = load(file or str(STARTER))
+    job = load(file or str(STARTER), local=True)
     sys.exit(run_local(job))
 
 

@@ -422,6 +422,20 @@ class TrainingJob(_Model):
 # ---- loading and error reporting -------------------------------------------------------
 
 
+def advice(job: TrainingJob) -> list[str]:
+    """Valid but probably not meant: one line each, `field.path: why`, for the CLI to warn."""
+    s, out = job.spec, []
+    ephemeral = s.checkpoint is not None and s.checkpoint.volume.empty_dir is not None
+    if s.distributed.max_restarts and ephemeral:
+        out.append("spec.checkpoint.volume: an emptyDir is new with every pod, so a restarted "
+                   "job starts from step 0; use a persistentVolumeClaim every pod mounts")
+    if s.backend == "pytorchjob" and s.distributed.max_restarts and not s.active_deadline_seconds:
+        out.append("spec.distributed.maxRestarts: the Kubeflow training operator (v1.9) does not "
+                   "bound a PyTorchJob's restarts (exit >= 128) by it; set "
+                   "spec.activeDeadlineSeconds to bound a job that keeps failing")
+    return out
+
+
 def load_job(path: str | Path) -> TrainingJob:
     """Read and validate a job file; raise SpecError with every problem found."""
     path = Path(path)

@@ -128,10 +128,9 @@ def kube() -> Kube:
     return Kube(api)
 
 
-@pytest.fixture
-def namespace(kube: Kube, request: pytest.FixtureRequest) -> Iterator[str]:
-    """A fresh namespace enforcing Pod Security "restricted"; dumped on failure, then deleted."""
-    base = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
+def create_namespace(kube: Kube, base: str) -> str:
+    """A fresh namespace named after `base` that enforces Pod Security "restricted"."""
+    base = re.sub(r"[^a-z0-9]+", "-", base.lower()).strip("-")[:40].strip("-")
     name = f"e2e-{base}-{secrets.token_hex(3)}"
     kube.core.create_namespace(
         client.V1Namespace(
@@ -147,17 +146,32 @@ def namespace(kube: Kube, request: pytest.FixtureRequest) -> Iterator[str]:
         _request_timeout=REQUEST_TIMEOUT,
     )
     _wait_for_default_service_account(kube, name)
-    yield name
-    if any(
-        getattr(request.node, f"report_{when}", None)
-        and getattr(request.node, f"report_{when}").failed
-        for when in ("setup", "call")
-    ):
+    return name
+
+
+def drop_namespace(kube: Kube, name: str, failed: bool) -> None:
+    """Delete a test namespace, printing what was in it first when its test failed."""
+    if failed:
         print(dump_namespace(kube, name))
         print(tail_cluster_logs())
     kube.core.delete_namespace(
         name, propagation_policy="Background", _request_timeout=REQUEST_TIMEOUT
     )
+
+
+def _failed(node: pytest.Item) -> bool:
+    return any(
+        getattr(node, f"report_{when}", None) and getattr(node, f"report_{when}").failed
+        for when in ("setup", "call")
+    )
+
+
+@pytest.fixture
+def namespace(kube: Kube, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace enforcing Pod Security "restricted"; dumped on failure, then deleted."""
+    name = create_namespace(kube, request.node.name)
+    yield name
+    drop_namespace(kube, name, _failed(request.node))
 
 
 def _items_and_version(listing: Any) -> tuple[list[Any], str]:

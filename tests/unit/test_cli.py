@@ -87,3 +87,23 @@ def test_python_dash_m_works():
     res = subprocess.run([sys.executable, "-m", "kdist", "validate", EXAMPLE],
                          capture_output=True, text=True, cwd=ROOT)
     assert res.returncode == 0, res.stderr
+
+
+def test_restarts_that_cannot_resume_or_be_bounded_are_warned_about(tmp_path):
+    """Valid, so exit 0, but said: emptyDir checkpoints with restarts, an unbounded PyTorchJob."""
+    risky = write_spec(tmp_path, spec_with(**{
+        "spec.backend": "pytorchjob", "spec.distributed": {"maxRestarts": 2},
+        "spec.checkpoint": {"path": "/ckpt", "volume": {"emptyDir": {}}}}))
+    res = CliRunner().invoke(main, ["validate", str(risky)])
+    assert res.exit_code == 0, res.output
+    warnings = [line for line in res.output.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 2, res.output
+    assert f"warning: {risky}: spec.checkpoint.volume: an emptyDir" in warnings[0]
+    assert "spec.activeDeadlineSeconds" in warnings[1]
+    rendered = CliRunner().invoke(main, ["render", str(risky)])
+    assert rendered.exit_code == 0 and "warning:" in rendered.output
+    safe = write_spec(tmp_path, spec_with(**{
+        "spec.distributed": {"maxRestarts": 2},
+        "spec.checkpoint": {"path": "/ckpt",
+                            "volume": {"persistentVolumeClaim": {"claimName": "ckpt"}}}}))
+    assert "warning:" not in CliRunner().invoke(main, ["validate", str(safe)]).output
