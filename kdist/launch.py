@@ -221,16 +221,17 @@ def wait_for_master(
     *,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
-) -> None:
+) -> float:
     """Block until the master's name resolves and (off node 0) its port accepts TCP.
 
     Headless-Service DNS lags pod start by up to ~30 s, and a resolving
     name may refuse connections for a while after; a torch store fails at
     once on either. Bounded by ``plan.rdzv_timeout_s``; raises ``LaunchError``
     naming the address on timeout. Node rank 0 hosts the store itself, so it
-    only waits for its own name.
+    only waits for its own name. Returns the seconds it waited.
     """
-    deadline = clock() + plan.rdzv_timeout_s
+    started = clock()
+    deadline = started + plan.rdzv_timeout_s
     where = f"{plan.master_addr}:{plan.master_port}"
     delay = 0.1
     while True:
@@ -240,11 +241,11 @@ def wait_for_master(
             problem = f"does not resolve ({e})"
         else:
             if plan.node_rank == 0:
-                return
+                return clock() - started
             try:
                 timeout = max(0.1, min(5.0, deadline - clock()))
                 socket.create_connection((plan.master_addr, plan.master_port), timeout).close()
-                return
+                return clock() - started
             except OSError as e:
                 problem = f"does not accept TCP connections ({e})"
         remaining = deadline - clock()
@@ -399,7 +400,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{plan.world_size}, master {plan.master_addr}:{plan.master_port}, "
             f"backend {plan.backend}, job restarts allowed {plan.max_restarts}"
         )
-        wait_for_master(plan)
+        waited = wait_for_master(plan)
+        if waited >= 1.0:
+            _say(f"master {plan.master_addr}:{plan.master_port} answered after {waited:.1f}s")
     except LaunchError as e:
         _say(str(e))
         return e.exit_code

@@ -208,7 +208,7 @@ def _run_once(
     fail_grace_s: float,
     stop_grace_s: float,
 ) -> tuple[int, int, bool]:
-    """One attempt of every node: (first failed node, its exit code, interrupted)."""
+    """One attempt of every node: (the failed node that tells most, its code, interrupted)."""
     lock = threading.Lock()
     exits: queue.Queue[tuple[int, int]] = queue.Queue()
     procs: list[subprocess.Popen[bytes]] = []

@@ -24,9 +24,8 @@ from torch.utils.data.distributed import DistributedSampler
 from kdist import exitcodes
 
 DEFAULT_PG_TIMEOUT_S = 300
-# Test hook: "RANK:STEP" makes that rank SIGKILL itself after that step, once per
-# job: a marker in the checkpoint directory (which outlives the gang restart
-# that follows) keeps the resumed run from doing it again.
+# Test hook: "RANK:STEP" makes that rank SIGKILL itself after that step (see
+# maybe_inject_fault).
 FAULT_ENV = "KDIST_FAULT_KILL_AT"
 # What a collective or the store says when the other end is gone: gloo's
 # transport errors carry their source path; torch's own are DistError subclasses.
@@ -83,11 +82,11 @@ class Dist:
 
 
 def _agent_store(timeout: timedelta) -> dist.Store | None:
-    """The elastic agent's TCP store, under a prefix of this restart attempt.
+    """The elastic agent's TCP store, under a prefix naming the run and attempt.
 
-    The static rendezvous keeps one store for the whole job, so keys written
-    by the workers of a failed attempt are still there when the restarted
-    workers meet; a per-attempt prefix keeps them from reading stale peers.
+    The store lives as long as node 0's launcher; kdist never restarts
+    workers in place (a restart makes new launchers, so the attempt is 0),
+    and the prefix keeps the group's keys apart from the agent's own.
     """
     if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
         return None
@@ -204,8 +203,8 @@ def log_event(event: str, **fields: Any) -> None:
 def maybe_inject_fault(rank: int, step: int, checkpoint_dir: str | None = None) -> None:
     """SIGKILL this process at the step named by ``KDIST_FAULT_KILL_AT`` (tests).
 
-    Once per job: with a checkpoint directory a marker there remembers it
-    across gang restarts; without one, only on the launcher's first attempt.
+    Once per job: a marker in the checkpoint directory remembers it across
+    gang restarts (without a checkpoint directory it strikes every attempt).
     """
     spec = os.environ.get(FAULT_ENV)
     if not spec:
@@ -219,8 +218,6 @@ def maybe_inject_fault(rank: int, step: int, checkpoint_dir: str | None = None) 
             return
         with open(marker, "w"):
             pass
-    elif os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0":
-        return
     sys.stdout.flush()
     os.kill(os.getpid(), signal.SIGKILL)
 

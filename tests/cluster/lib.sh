@@ -26,6 +26,7 @@ OWNER_FILE=/run/kdist-cluster.owner
 
 NODE_NAME=kdist-node
 BRIDGE=kbr0
+BRIDGE_MAC=02:6b:64:69:73:01  # locally administered ("kdis" 01)
 HOST_IP=10.244.0.1         # the bridge's address: apiserver, kubelet, CoreDNS
 POD_SUBNET=10.244.0.0/24   # this node's pods
 POD_NET=10.244.0.0/16

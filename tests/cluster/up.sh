@@ -67,6 +67,10 @@ setup_network() {
     log "creating bridge $BRIDGE $HOST_IP/24"
     ip link add "$BRIDGE" type bridge
   fi
+  # A bridge without a MAC of its own takes the lowest of its ports' and
+  # changes it as pods come and go; pods that cached the old one (ARP, ~30 s)
+  # then lose every packet to the host, CoreDNS included, for that long. Fix it.
+  ip link set "$BRIDGE" address "$BRIDGE_MAC"
   ip addr replace "$HOST_IP/24" dev "$BRIDGE"
   ip link set "$BRIDGE" up
   # Service IPs have no kube-proxy behind them, and only kbr0's /24 of the

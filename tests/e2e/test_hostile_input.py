@@ -24,7 +24,7 @@ from kdist.cli import load, main
 from kdist.rendering import render
 from tests.unit.helpers import spec_with
 from tests.unit.test_fuzz import FIELDS, trees
-from tests.unit.test_roundtrip import env_name, label_key, label_value, name, value
+from tests.unit.test_roundtrip import USER_VALUES, spec_of
 
 from .conftest import Kube, create_namespace, drop_namespace
 from .conftest_cli import IMAGE, job_file_fixture, kdist_fixture, kubectl, leftovers  # noqa: F401
@@ -84,21 +84,11 @@ def test_any_field_value_is_accepted_by_the_api_server_or_refused(
 
 @settings(max_examples=EXAMPLES // 2, deadline=None, derandomize=True, database=None,
           suppress_health_check=list(HealthCheck))
-@given(
-    env=st.dictionaries(env_name, value, max_size=6),
-    args=st.lists(value, max_size=6),
-    labels=st.dictionaries(label_key, label_value, max_size=4).filter(
-        lambda d: not any(k.startswith(("kdist.dev/", "app.kubernetes.io/", "kueue.x-k8s.io/"))
-                          for k in d)),
-    job_name=name,
-    backend=st.sampled_from(["indexed-job", "pytorchjob"]),
-)
+@given(**USER_VALUES)
 def test_hostile_but_valid_values_are_accepted_by_the_api_server(
         corpus_namespace, tmp_path_factory, env, args, labels, job_name, backend):
     """Injection strings in env, args, labels and names: valid, so the API must take them."""
-    doc = spec_with(**{"metadata.name": job_name, "metadata.labels": labels, "spec.env": env,
-                       "spec.backend": backend,
-                       "spec.workload": {"module": "kdist.workloads.ddp", "args": args}})
+    doc = spec_of(env, args, labels, job_name, backend)
     path = tmp_path_factory.mktemp("valid") / "job.yaml"
     assert check(corpus_namespace, path, job_text(doc)) == "accepted"
     SEEN["accepted"] += 1

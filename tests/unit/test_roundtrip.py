@@ -39,21 +39,31 @@ label_key = st.from_regex(
 name = st.from_regex(r"\A[a-z]([-a-z0-9]{0,48}[a-z0-9])?\Z")
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
-    env=st.dictionaries(env_name, value, max_size=6),
-    args=st.lists(value, max_size=6),
-    labels=st.dictionaries(label_key, label_value, max_size=4).filter(
+# Every value a user writes into a spec, hostile strings included (the e2e tier sends
+# the same ones to a real API server).
+USER_VALUES = {
+    "env": st.dictionaries(env_name, value, max_size=6),
+    "args": st.lists(value, max_size=6),
+    "labels": st.dictionaries(label_key, label_value, max_size=4).filter(
         lambda d: not any(k.startswith(("kdist.dev/", "app.kubernetes.io/", "kueue.x-k8s.io/"))
                           for k in d)),
-    job_name=name,
-    backend=st.sampled_from(["indexed-job", "pytorchjob"]),
-)
-def test_user_values_round_trip_exactly(env, args, labels, job_name, backend):
-    job = validate_job(spec_with(**{
+    "job_name": name,
+    "backend": st.sampled_from(["indexed-job", "pytorchjob"]),
+}
+
+
+def spec_of(env, args, labels, job_name, backend) -> dict:
+    """A spec carrying the values USER_VALUES draws."""
+    return spec_with(**{
         "metadata.name": job_name, "metadata.labels": labels, "spec.backend": backend,
         "spec.env": env, "spec.workload": {"module": "kdist.workloads.ddp", "args": args},
-    }))
+    })
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(**USER_VALUES)
+def test_user_values_round_trip_exactly(env, args, labels, job_name, backend):
+    job = validate_job(spec_of(env, args, labels, job_name, backend))
     objects = render(job)
     as_yaml = list(yaml.safe_load_all(to_yaml(objects)))
     for parsed in (as_yaml, json.loads(to_json(objects))["items"]):
