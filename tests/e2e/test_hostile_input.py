@@ -102,8 +102,8 @@ def test_names_at_every_length_boundary(corpus_namespace, tmp_path, length, back
     assert check(corpus_namespace, tmp_path / "job.yaml", job_text(doc)) == want
 
 
-@pytest.mark.parametrize("text", [
-    "a: &a [" + "*a, " * 10 + "]\n" + "b: &b [" + "*a, " * 10 + "]\n" * 1,  # alias fan-out
+@pytest.mark.parametrize("text", [  # an alias fan-out, deep nesting, size, two documents, bytes
+    "a: &a [" + "x, " * 10 + "]\nb: &b [" + "*a, " * 10 + "]\nc: [" + "*b, " * 10 + "]\n",
     "[" * 5000 + "]" * 5000,  # deep nesting
     "metadata: {name: x}\n" + "#" * 2_000_000,  # over the size bound
     "apiVersion: kdist/v1alpha1\n---\nkind: Secret\n",  # a second document
