@@ -31,6 +31,7 @@ import pytest
 from kubernetes import client
 
 from kdist.cluster import pod_rank
+from kdist.quantity import parse_quantity
 
 from .conftest import REQUEST_TIMEOUT, Kube
 from .conftest_cli import job_file_fixture, kdist_fixture, kdist_popen_fixture  # noqa: F401
@@ -253,12 +254,21 @@ def test_a_fault_restarts_the_gang_which_resumes_and_finishes(
     report({"backend": backend, "fault": fault, "checkpoint_every": CKPT_EVERY, **cost})
 
 
+def half_a_node_and_more(kube: Kube) -> str:
+    """A CPU request of which one node holds one pod, not two (single-node clusters)."""
+    nodes = kube.core.list_node(_request_timeout=REQUEST_TIMEOUT).items
+    if len(nodes) != 1:
+        pytest.skip("needs a single-node cluster, where a second such pod cannot fit")
+    millicores = int(parse_quantity(nodes[0].status.allocatable["cpu"]) * 1000)
+    return f"{millicores * 6 // 10}m"
+
+
 def test_a_rank_whose_peer_never_arrives_fails_with_a_rendezvous_timeout(
-        namespace, kdist, job_file):
+        kube, namespace, kdist, job_file):
     """Two pods that cannot both fit on the node: the one that runs gives up after
     spec.distributed.rendezvousTimeoutSeconds with a clear message, not a hang."""
     path = job_file("lonely", args=["--max-steps", "5"],
-                    resources={"cpu": "1200m", "memory": "1Gi"},
+                    resources={"cpu": half_a_node_and_more(kube), "memory": "1Gi"},
                     distributed={"backend": "gloo", "maxRestarts": 2,
                                  "rendezvousTimeoutSeconds": 20})
     started = time.monotonic()
