@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -18,6 +19,9 @@ from kdist.options import (
     job_file_argument,
     output_option,
 )
+
+if TYPE_CHECKING:  # the spec model imports pydantic: not for `kdist --help`
+    from kdist.spec import TrainingJob
 
 STARTER = Path(__file__).with_name("starter.yaml")
 
@@ -77,7 +81,7 @@ def load(file: str, namespace: str | None = None, backend: str | None = None, *,
     return job
 
 
-def _warn_advice(file: str, job) -> None:
+def _warn_advice(file: str, job: TrainingJob) -> None:
     from kdist.spec import advice
 
     for line in advice(job):

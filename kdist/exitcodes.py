@@ -18,12 +18,25 @@ read from the exit code, the one thing all three can see:
 
 from __future__ import annotations
 
+import signal
+
 #: A peer of this process was lost: retry the whole gang. Above every 128+signal
 #: code Linux can produce (signals end at 64), so it reads as nothing else.
 PEER_LOST = 203
 
 #: The exit codes that fail a job at once, without a retry.
 CODE_ERRORS = range(1, 128)
+
+
+def of_returncode(returncode: int) -> int:
+    """A failed process's exit code as a shell sees it: 128+N when signal N killed it.
+
+    ``returncode`` as Python's subprocess and torch give it (negative: the
+    signal). A failure never reads as success: 0 becomes 1.
+    """
+    if returncode < 0:
+        return 128 - returncode
+    return returncode or 1
 
 
 def is_retryable(code: int) -> bool:
@@ -50,8 +63,6 @@ def describe(code: int) -> str:
     if code == PEER_LOST:
         return "lost a peer (retryable)"
     if code > 128 and code - 128 <= 64:
-        import signal
-
         try:
             return f"killed by {signal.Signals(code - 128).name} (retryable)"
         except ValueError:

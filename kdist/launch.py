@@ -292,12 +292,6 @@ def _entrypoint(module: str | None, rest: list[str]) -> tuple[str, list[str]]:
     return rest[0], rest[1:]
 
 
-def _exit_code_of(exitcode: int) -> int:
-    if exitcode < 0:
-        return 128 - exitcode
-    return exitcode or 1
-
-
 def pick_failure(failures: Mapping[int, tuple[int, float]]) -> int:
     """The global rank whose failure the launcher reports, from {rank: (exitcode, time)}.
 
@@ -306,7 +300,8 @@ def pick_failure(failures: Mapping[int, tuple[int, float]]) -> int:
     """
     return min(
         failures,
-        key=lambda r: (exitcodes.severity(_exit_code_of(failures[r][0])), failures[r][1], r),
+        key=lambda r: (exitcodes.severity(exitcodes.of_returncode(failures[r][0])),
+                       failures[r][1], r),
     )
 
 
@@ -363,7 +358,7 @@ def run(plan: LaunchPlan, module: str | None, rest: list[str], *, prefix_lines: 
     except ChildFailedError as e:
         rank = pick_failure({r: (f.exitcode, f.timestamp) for r, f in e.failures.items()})
         failure = e.failures[rank]
-        code = _exit_code_of(failure.exitcode)
+        code = exitcodes.of_returncode(failure.exitcode)
         _say(
             f"worker rank {rank} (node {plan.node_rank}, local rank {failure.local_rank}, "
             f"pid {failure.pid}) {_describe_exit(failure.exitcode)}{_cause(failure.message)}; "

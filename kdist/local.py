@@ -238,7 +238,7 @@ def _run_once(
                     break  # a node failed and the rest did not follow in time
                 pending -= 1
                 if rc:
-                    failures.append((node, 128 - rc if rc < 0 else rc))
+                    failures.append((node, exitcodes.of_returncode(rc)))
             _stop(procs, signal.SIGTERM, stop_grace_s)
         except KeyboardInterrupt:
             _stop(procs, signal.SIGINT, stop_grace_s)

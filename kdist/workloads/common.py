@@ -82,11 +82,11 @@ class Dist:
 
 
 def _agent_store(timeout: timedelta) -> dist.Store | None:
-    """The elastic agent's TCP store, under a prefix naming the run and attempt.
+    """The elastic agent's TCP store, under a prefix naming the run.
 
-    The store lives as long as node 0's launcher; kdist never restarts
-    workers in place (a restart makes new launchers, so the attempt is 0),
-    and the prefix keeps the group's keys apart from the agent's own.
+    The store lives as long as node 0's launcher, and kdist never restarts
+    workers in place (a restart makes new launchers, hence a new store); the
+    prefix keeps the group's keys apart from the agent's own.
     """
     if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
         return None
@@ -95,8 +95,7 @@ def _agent_store(timeout: timedelta) -> dist.Store | None:
         is_master=False, timeout=timeout,
     )
     run_id = os.environ.get("TORCHELASTIC_RUN_ID", "kdist")
-    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-    return dist.PrefixStore(f"kdist/{run_id}/attempt-{attempt}/", store)
+    return dist.PrefixStore(f"kdist/{run_id}/", store)
 
 
 def init_distributed() -> Dist:
@@ -104,9 +103,9 @@ def init_distributed() -> Dist:
 
     NCCL workers bind to their *local* rank's GPU. The process-group timeout
     is ``KDIST_PG_TIMEOUT`` seconds (set by the launcher), not torch's 30 min.
-    Under kdist.launch the group meets in the launcher's store under this
-    restart attempt's prefix, so whole-gang restarts work; a user's own
-    script can call this too.
+    Under kdist.launch the group meets in the launcher's store. A user's own
+    script can call this too; an uncaught lost-peer error then exits
+    ``exitcodes.PEER_LOST`` (a gang restart), not 1.
     """
     env = os.environ
     rank = int(env.get("RANK", "0"))
@@ -198,6 +197,13 @@ def log_event(event: str, **fields: Any) -> None:
     """Print one JSON log line (DESIGN.md's format) and flush it."""
     sys.stdout.write(json.dumps({"event": event, **fields}) + "\n")
     sys.stdout.flush()
+
+
+def after_step(rank: int, step: int, args: argparse.Namespace) -> None:
+    """What both workloads do once a step is done: the fault hook, then ``--step-delay``."""
+    maybe_inject_fault(rank, step, args.checkpoint_dir)
+    if args.step_delay:
+        time.sleep(args.step_delay)
 
 
 def maybe_inject_fault(rank: int, step: int, checkpoint_dir: str | None = None) -> None:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from typing import Any
 
 import torch
@@ -37,10 +36,10 @@ from kdist.workloads.common import (
     Meter,
     ShardedBatches,
     add_common_args,
+    after_step,
     check_args,
     log_event,
     make_dataset,
-    maybe_inject_fault,
     mlp_blocks,
     run_workload,
 )
@@ -119,9 +118,7 @@ def train(args: argparse.Namespace, d: Dist) -> None:
             loss, rate = meter.read()
             log_event("step", step=step, loss=loss, samples_per_s=rate, rank=d.rank,
                       world_size=d.world_size)
-        maybe_inject_fault(d.rank, step, args.checkpoint_dir)
-        if args.step_delay:
-            time.sleep(args.step_delay)
+        after_step(d.rank, step, args)
         if ckpt and args.checkpoint_every and step % args.checkpoint_every == 0:
             save(step)
             saved = step

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 from datetime import timedelta
 
 import torch
@@ -40,10 +39,10 @@ from kdist.workloads.common import (
     Meter,
     ShardedBatches,
     add_common_args,
+    after_step,
     check_args,
     log_event,
     make_dataset,
-    maybe_inject_fault,
     mlp_blocks,
     run_workload,
 )
@@ -192,9 +191,7 @@ def train(args: argparse.Namespace, d: Dist, stages: int) -> None:
             loss, rate = meter.read()
             log_event("step", step=step, loss=loss, samples_per_s=rate, rank=d.rank,
                       world_size=d.world_size)
-        maybe_inject_fault(d.rank, step, args.checkpoint_dir)
-        if args.step_delay:
-            time.sleep(args.step_delay)
+        after_step(d.rank, step, args)
         if ckpt and args.checkpoint_every and step % args.checkpoint_every == 0:
             save(step)
             saved = step

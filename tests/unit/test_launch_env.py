@@ -10,12 +10,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from kdist import exitcodes
 from kdist.launch import (
     LaunchError,
     LaunchPlan,
     _cause,
     _entrypoint,
-    _exit_code_of,
     parse_argv,
     resolve_env,
     wait_for_master,
@@ -204,9 +204,9 @@ def test_entrypoint():
 
 
 def test_exit_codes():
-    assert _exit_code_of(3) == 3
-    assert _exit_code_of(-9) == 137
-    assert _exit_code_of(0) == 1  # a failure never reads as success
+    assert exitcodes.of_returncode(3) == 3
+    assert exitcodes.of_returncode(-9) == 137
+    assert exitcodes.of_returncode(0) == 1  # a failure never reads as success
 
 
 def test_failure_cause_is_the_workers_own_error():
