@@ -9,9 +9,10 @@ export PIP_FIND_LINKS := $(KDIST_CACHE)/wheels /opt/wheels
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 KUBECONFIG_E2E ?= $(CURDIR)/.cluster/kubeconfig
 STAMP := .install.stamp
+CLI_STAMP := .install-cli.stamp
 
 .DEFAULT_GOAL := help
-.PHONY: help install demo test unit lint manifests golden e2e image cluster-up cluster-down bench clean
+.PHONY: help install install-cli demo test unit lint manifests golden e2e image cluster-up cluster-down bench clean
 
 help: ## List every target with one line
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | \
@@ -19,34 +20,42 @@ help: ## List every target with one line
 
 $(KDIST_CACHE)/wheels/.done:
 	@mkdir -p $(KDIST_CACHE)/wheels
-	@echo "downloading $(TORCH) + numpy wheels into $(KDIST_CACHE)/wheels (once; ~3 GB)"
-	$(PYTHON) -m pip download -q --dest $(KDIST_CACHE)/wheels "$(TORCH)" numpy
+	@echo "downloading $(TORCH) + numpy wheels into $(KDIST_CACHE)/wheels (once; ~3 GB, a few minutes)"
+	$(PYTHON) -m pip download --progress-bar on --dest $(KDIST_CACHE)/wheels "$(TORCH)" numpy
 	@touch $@
 
-$(STAMP): pyproject.toml $(KDIST_CACHE)/wheels/.done
-	$(PYTHON) -m pip install -q -e '.[train,test]' "$(TORCH)"
+# The CLI side and the test tools: no torch (lint, manifests and golden need no more).
+$(CLI_STAMP): pyproject.toml
+	$(PYTHON) -m pip install -q -e '.[test]'
+	@touch $@
+
+$(STAMP): pyproject.toml $(CLI_STAMP) $(KDIST_CACHE)/wheels/.done
+	$(PYTHON) -m pip install -q -e '.[train,test,compat]' "$(TORCH)"
 	@touch $@
 
 install: $(STAMP) ## Install kdist with its training and test dependencies (torch from a local wheel cache)
 
+install-cli: $(CLI_STAMP) ## Install kdist and the test tools without torch (enough for lint, manifests, golden)
+
 demo: install ## Run the built-in 2-rank DDP job on this machine (no cluster needed)
 	$(PYTHON) -m kdist run --local
 
-test: install ## Lint, check manifests/ is fresh, run unit + multi-process tests
-	$(PYTHON) -m ruff check kdist tests bench
-	$(PYTHON) -m kdist.manifests --check
-	$(PYTHON) -m pytest tests/unit tests/dist -q -p no:cacheprovider
+test: install lint ## Lint, layers, types, check manifests/ is fresh, run unit + fake-API + multi-process tests
+	$(PYTHON) -m kdist.rendering.manifests --check
+	$(PYTHON) -m pytest tests/unit tests/api tests/dist tests/compat -q -p no:cacheprovider
 
 unit: install ## Unit tests only (no processes, no cluster; seconds)
 	$(PYTHON) -m pytest tests/unit -q -p no:cacheprovider
 
-lint: install ## ruff
+lint: install-cli ## ruff, import layers (import-linter), mypy
 	$(PYTHON) -m ruff check kdist tests bench
+	lint-imports
+	$(PYTHON) -m mypy kdist
 
-manifests: install ## Regenerate manifests/ from examples/ and the add-ons
-	$(PYTHON) -m kdist.manifests
+manifests: install-cli ## Regenerate manifests/ from examples/ and the add-ons
+	$(PYTHON) -m kdist.rendering.manifests
 
-golden: install ## Regenerate tests/unit/golden/ (review the diff!)
+golden: install-cli ## Regenerate tests/unit/golden/ (review the diff!)
 	$(PYTHON) -m tests.unit.golden --update
 
 cluster-up: ## Bring up (or reuse) the single-node test cluster; writes .cluster/kubeconfig
@@ -65,4 +74,4 @@ bench: install ## Benchmarks: writes bench/results.json and the table in bench/R
 	$(PYTHON) -m bench.run
 
 clean: ## Remove local build outputs (not the cluster or the wheel cache)
-	rm -rf build dist *.egg-info $(STAMP) .pytest_cache .ruff_cache
+	rm -rf build dist *.egg-info $(STAMP) $(CLI_STAMP) .pytest_cache .ruff_cache .mypy_cache

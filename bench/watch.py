@@ -43,7 +43,7 @@ from bench.harness import (
 )
 
 JOBS = 50
-KDIST = "one process: per job, kdist submit --wait's watch (kdist.watch.Session, logs on)"
+KDIST = "one process: per job, kdist submit --wait's watch (kdist.kube.reflector.Session, logs on)"
 KUBECTL = "one `kubectl wait --for=condition=complete job/NAME` process per job"
 
 FIGURES = [
@@ -123,8 +123,8 @@ def _measure(api: Any, proxy: Any, ns: str, names: list[str], watchers: list[lis
 
 def run(ctx: Ctx) -> dict[str, Measured]:
     try:
-        import kdist.watch  # noqa: F401
-        from kdist.cluster import Cluster  # noqa: F401
+        import kdist.kube.reflector  # noqa: F401
+        from kdist.kube.client import Cluster  # noqa: F401
     except ImportError as e:
         raise Skip(f"kdist's watch code is not there ({e})") from None
     api = kube.connect()

@@ -2,9 +2,9 @@
 
     python -m bench.watch_kdist --kubeconfig K --namespace NS JOB [JOB ...]
 
-For each job, what `kdist submit --wait` does after creating it (kdist.cli_cluster's
+For each job, what `kdist submit --wait` does after creating it (kdist.api.follow's
 follow loop, without the display): read the job, feed it to a `Tracker`,
-run a `watch.Session` (the job watch, the pod watch, and a log follower per
+run a `kdist.kube.reflector.Session` (the job watch, the pod watch, and a log follower per
 pod) and consume its events until the job is over and its logs are drained.
 All jobs share one `Cluster` (one API client, one connection pool). Prints
 ``{"event": "watched", "jobs": N, "outcomes": {...}, "seconds": S}``, or
@@ -29,9 +29,11 @@ def main() -> int:
     p.add_argument("jobs", nargs="+")
     args = p.parse_args()
     try:
-        from kdist.cluster import Cluster
-        from kdist.options import ClusterOptions
-        from kdist.watch import Session, Tracker
+        from kdist.kube.client import Cluster
+        from kdist.kube.config import ClusterOptions
+        from kdist.kube.reflector import Session
+        from kdist.kube.sources import job_sources
+        from kdist.kube.tracker import Tracker
     except ImportError as e:
         print(json.dumps({"event": "unsupported", "why": f"kdist's watch API: {e}"}), flush=True)
         return 0
@@ -43,7 +45,7 @@ def main() -> int:
         job = cluster.get_job(name, args.namespace)
         tracker = Tracker(name, args.namespace)
         tracker.job_event("ADDED", job)
-        session = Session(tracker, cluster.sources(job), logs=True)
+        session = Session(tracker, job_sources(cluster, job), logs=True)
         session.start()
         try:
             for _ in session.events(drain=args.drain):

@@ -1,22 +1,70 @@
 """kdist: distributed PyTorch training on Kubernetes from one job.yaml.
 
-The public API the CLI itself uses:
+The Python API (docs/DESIGN.md, "Python API"; the CLI is a shell over it):
 
     job = kdist.load_job("job.yaml")    # validate; raises kdist.SpecError
     objects = kdist.render(job)         # pure: list of Kubernetes objects (dicts)
+    kdist.submit(job)                   # create, follow to the end; JobFailed if it fails
+    kdist.status(name), kdist.logs(name), kdist.wait(name), kdist.list_jobs(), kdist.delete(name)
+
+Everything is imported on first use: the container side (``kdist.launch``,
+``kdist.workloads``) imports this package too, and must not pay for
+pydantic, jinja2, yaml or the kubernetes client.
 """
 
-from kdist.errors import ClusterError, JobFailed, KdistError, SpecError
-from kdist.rendering import render
-from kdist.spec import TrainingJob, load_job
+from __future__ import annotations
 
-__all__ = [
-    "ClusterError",
-    "JobFailed",
-    "KdistError",
-    "SpecError",
-    "TrainingJob",
-    "load_job",
-    "render",
-]
+import importlib
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
+
+_LAZY = {
+    "ClusterError": "kdist.shared.errors",
+    "JobFailed": "kdist.shared.errors",
+    "JobNotFound": "kdist.shared.errors",
+    "KdistError": "kdist.shared.errors",
+    "SpecError": "kdist.shared.errors",
+    "TimedOut": "kdist.shared.errors",
+    "UsageError": "kdist.shared.errors",
+    "TrainingJob": "kdist.spec.model",
+    "load_job": "kdist.spec.load",
+    "parse_job": "kdist.spec.load",
+    "render": "kdist.rendering.render",
+    "to_yaml": "kdist.rendering.render",
+    "submit": "kdist.api",
+    "wait": "kdist.api",
+    "status": "kdist.api",
+    "logs": "kdist.api",
+    "list_jobs": "kdist.api",
+    "delete": "kdist.api",
+}
+__all__ = [
+    "ClusterError", "JobFailed", "JobNotFound", "KdistError", "SpecError", "TimedOut",
+    "TrainingJob", "UsageError", "delete", "list_jobs", "load_job", "logs", "parse_job",
+    "render", "status", "submit", "to_yaml", "wait",
+]
+
+if TYPE_CHECKING:
+    from kdist.api import delete, list_jobs, logs, status, submit, wait
+    from kdist.rendering.render import render, to_yaml
+    from kdist.shared.errors import (
+        ClusterError,
+        JobFailed,
+        JobNotFound,
+        KdistError,
+        SpecError,
+        TimedOut,
+        UsageError,
+    )
+    from kdist.spec.load import load_job, parse_job
+    from kdist.spec.model import TrainingJob
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'kdist' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

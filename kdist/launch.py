@@ -47,8 +47,9 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from kdist import exitcodes
-from kdist.errors import KdistError
+from kdist.shared import env as E
+from kdist.shared import exitcodes
+from kdist.shared.errors import LaunchError
 
 DEFAULT_PORT = 29500
 DEFAULT_RDZV_TIMEOUT_S = 300
@@ -56,14 +57,8 @@ DEFAULT_RDZV_TIMEOUT_S = 300
 DEFAULT_PG_TIMEOUT_S = 300
 BACKENDS = ("nccl", "gloo")
 # Set by the local runner: prefix each worker line with "[rank N] ".
-LOG_PREFIX_ENV = "KDIST_LOG_PREFIX"
+LOG_PREFIX_ENV = E.LOG_PREFIX
 LOG_PREFIX_TEMPLATE = "[rank ${rank}] "
-
-
-class LaunchError(KdistError):
-    """The environment or the master is not usable; the launcher exits non-zero."""
-
-    exit_code = 2
 
 
 @dataclass(frozen=True)
@@ -99,22 +94,22 @@ class LaunchPlan:
         PyTorchJob pod sees ``KDIST_NODE_RANK`` too) and ``KDIST_PG_TIMEOUT``.
         """
         env = {
-            "KDIST_JOB_NAME": self.job_name,
-            "KDIST_NNODES": str(self.nnodes),
-            "KDIST_NPROC_PER_NODE": str(self.nproc_per_node),
-            "KDIST_NODE_RANK": str(self.node_rank),
-            "KDIST_MASTER_ADDR": self.master_addr,
-            "KDIST_MASTER_PORT": str(self.master_port),
-            "KDIST_DIST_BACKEND": self.backend,
-            "KDIST_MAX_RESTARTS": str(self.max_restarts),
-            "KDIST_PG_TIMEOUT": str(self.pg_timeout_s),
+            E.JOB_NAME: self.job_name,
+            E.NNODES: str(self.nnodes),
+            E.NPROC_PER_NODE: str(self.nproc_per_node),
+            E.NODE_RANK: str(self.node_rank),
+            E.MASTER_ADDR: self.master_addr,
+            E.MASTER_PORT: str(self.master_port),
+            E.DIST_BACKEND: self.backend,
+            E.MAX_RESTARTS: str(self.max_restarts),
+            E.PG_TIMEOUT: str(self.pg_timeout_s),
             # Every node runs the same number of workers: torch may compute
             # ranks as node_rank * nproc + local_rank instead of gathering
             # role info through the store on every (re)start.
             "TORCH_ELASTIC_WORKER_IDENTICAL": "1",
         }
         if self.checkpoint_dir:
-            env["KDIST_CHECKPOINT_DIR"] = self.checkpoint_dir
+            env[E.CHECKPOINT_DIR] = self.checkpoint_dir
         if not environ.get("OMP_NUM_THREADS"):
             env["OMP_NUM_THREADS"] = str(max(1, cpu_count // self.nproc_per_node))
         return env
@@ -174,42 +169,42 @@ def resolve_env(
     plan. ``gpu_count`` is only called for ``auto`` values. Raises
     ``LaunchError`` naming the variable that is missing or wrong.
     """
-    nnodes_var = _first(environ, "KDIST_NNODES", "PET_NNODES", "WORLD_SIZE")
+    nnodes_var = _first(environ, E.NNODES, "PET_NNODES", "WORLD_SIZE")
     nnodes = _nnodes(nnodes_var) if nnodes_var else 1
     rank_var = _first(
-        environ, "KDIST_NODE_RANK", "JOB_COMPLETION_INDEX", "PET_NODE_RANK", "RANK"
+        environ, E.NODE_RANK, "JOB_COMPLETION_INDEX", "PET_NODE_RANK", "RANK"
     )
     if rank_var is None and nnodes > 1:
         raise LaunchError(f"KDIST_NODE_RANK is not set and there are {nnodes} nodes")
     node_rank = _int(rank_var) if rank_var else 0
     if node_rank >= nnodes:
         raise LaunchError(f"{rank_var[0]}={node_rank} is out of range for {nnodes} nodes")
-    addr_var = _first(environ, "KDIST_MASTER_ADDR", "PET_MASTER_ADDR", "MASTER_ADDR")
+    addr_var = _first(environ, E.MASTER_ADDR, "PET_MASTER_ADDR", "MASTER_ADDR")
     if addr_var is None and nnodes > 1:
         raise LaunchError(f"KDIST_MASTER_ADDR is not set and there are {nnodes} nodes")
-    port_var = _first(environ, "KDIST_MASTER_PORT", "PET_MASTER_PORT", "MASTER_PORT")
+    port_var = _first(environ, E.MASTER_PORT, "PET_MASTER_PORT", "MASTER_PORT")
     port = _int(port_var, minimum=1) if port_var else DEFAULT_PORT
     if port > 65535:
         raise LaunchError(f"{port_var[0]}={port} is not a TCP port")
-    backend = environ.get("KDIST_DIST_BACKEND", "").strip() or "auto"
+    backend = environ.get(E.DIST_BACKEND, "").strip() or "auto"
     if backend == "auto":
         backend = "nccl" if gpu_count() > 0 else "gloo"
     if backend not in BACKENDS:
         raise LaunchError(f"KDIST_DIST_BACKEND={backend!r} must be one of nccl, gloo, auto")
-    restarts = _first(environ, "KDIST_MAX_RESTARTS")
-    rdzv = _first(environ, "KDIST_RDZV_TIMEOUT")
-    pg = _first(environ, "KDIST_PG_TIMEOUT")
+    restarts = _first(environ, E.MAX_RESTARTS)
+    rdzv = _first(environ, E.RDZV_TIMEOUT)
+    pg = _first(environ, E.PG_TIMEOUT)
     return LaunchPlan(
-        job_name=environ.get("KDIST_JOB_NAME", "").strip() or "kdist",
+        job_name=environ.get(E.JOB_NAME, "").strip() or "kdist",
         nnodes=nnodes,
         nproc_per_node=_nproc(
-            _first(environ, "KDIST_NPROC_PER_NODE", "PET_NPROC_PER_NODE"), gpu_count
+            _first(environ, E.NPROC_PER_NODE, "PET_NPROC_PER_NODE"), gpu_count
         ),
         node_rank=node_rank,
         master_addr=addr_var[1] if addr_var else "127.0.0.1",
         master_port=port,
         backend=backend,
-        checkpoint_dir=environ.get("KDIST_CHECKPOINT_DIR", "").strip() or None,
+        checkpoint_dir=environ.get(E.CHECKPOINT_DIR, "").strip() or None,
         max_restarts=_int(restarts) if restarts else 0,
         rdzv_timeout_s=_int(rdzv, minimum=1) if rdzv else DEFAULT_RDZV_TIMEOUT_S,
         pg_timeout_s=_int(pg, minimum=1) if pg else DEFAULT_PG_TIMEOUT_S,

@@ -20,9 +20,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from kdist import exitcodes
-from kdist.errors import UsageError
-from kdist.signals import interruptible
+from kdist.shared import env as E
+from kdist.shared import exitcodes
+from kdist.shared.errors import UsageError
+from kdist.shared.signals import interruptible
 
 LOCAL_MASTER = "127.0.0.1"
 # How long the other nodes get to fail on their own once one has failed (their
@@ -40,7 +41,7 @@ def run_local(job: Any, *, stdout: IO[str] | None = None) -> int:
     ``spec.distributed.maxRestarts`` restarts of every node. Raises
     ``UsageError`` when the spec's port is taken here.
     """
-    from kdist import contract
+    from kdist.rendering import contract
 
     argv = list(contract.launch_argv(job))
     envs = [
@@ -53,8 +54,8 @@ def run_local(job: Any, *, stdout: IO[str] | None = None) -> int:
         print(f"kdist: checkpoints of this local run go to {ckpt} "
               f"(spec.checkpoint.path is the pods' path)", file=sys.stderr, flush=True)
         for env in envs:
-            env["KDIST_CHECKPOINT_DIR"] = str(ckpt)
-    port = int(envs[0].get("KDIST_MASTER_PORT", "29500"))
+            env[E.CHECKPOINT_DIR] = str(ckpt)
+    port = int(envs[0].get(E.MASTER_PORT, "29500"))
     ensure_port_free(port)
     return run_nodes(argv, envs, stdout=stdout, max_restarts=job.spec.distributed.max_restarts)
 
@@ -73,7 +74,7 @@ def local_checkpoint_dir(job: Any, cwd: Path) -> Path | None:
 
 def local_env(contract_env: Mapping[str, str]) -> dict[str, str]:
     """This process's environment plus the pod's contract, as a local node sees it."""
-    env = {**os.environ, **contract_env, "KDIST_LOG_PREFIX": "1", "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, **contract_env, E.LOG_PREFIX: "1", "PYTHONUNBUFFERED": "1"}
     # A source checkout (not an installed kdist) must stay importable for the
     # launcher and its workers, whatever their working directory.
     root = str(Path(__file__).resolve().parent.parent)

@@ -21,12 +21,13 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils.data.distributed import DistributedSampler
 
-from kdist import exitcodes
+from kdist.shared import env as E
+from kdist.shared import exitcodes
 
 DEFAULT_PG_TIMEOUT_S = 300
 # Test hook: "RANK:STEP" makes that rank SIGKILL itself after that step (see
 # maybe_inject_fault).
-FAULT_ENV = "KDIST_FAULT_KILL_AT"
+FAULT_ENV = E.FAULT_KILL_AT
 # What a collective or the store says when the other end is gone: gloo's
 # transport errors carry their source path; torch's own are DistError subclasses.
 _PEER_LOST_HINTS = (
@@ -47,7 +48,7 @@ def add_common_args(parser: argparse.ArgumentParser) -> None:
     add("--log-every", type=int, default=20, help="one JSON step line per N steps")
     add("--checkpoint-every", type=int, default=100,
         help="checkpoint every N steps, and at the end; 0 = only at the end")
-    add("--checkpoint-dir", default=os.environ.get("KDIST_CHECKPOINT_DIR") or None,
+    add("--checkpoint-dir", default=os.environ.get(E.CHECKPOINT_DIR) or None,
         help="default: $KDIST_CHECKPOINT_DIR; no checkpoints when unset")
     add("--keep-checkpoints", type=int, default=2, help="complete checkpoints kept; 0 = all")
     add("--step-delay", type=float, default=0.0,
@@ -111,8 +112,8 @@ def init_distributed() -> Dist:
     rank = int(env.get("RANK", "0"))
     world = int(env.get("WORLD_SIZE", "1"))
     local_rank = int(env.get("LOCAL_RANK", "0"))
-    backend = env.get("KDIST_DIST_BACKEND") or ("nccl" if torch.cuda.is_available() else "gloo")
-    timeout = timedelta(seconds=int(env.get("KDIST_PG_TIMEOUT", DEFAULT_PG_TIMEOUT_S)))
+    backend = env.get(E.DIST_BACKEND) or ("nccl" if torch.cuda.is_available() else "gloo")
+    timeout = timedelta(seconds=int(env.get(E.PG_TIMEOUT, DEFAULT_PG_TIMEOUT_S)))
     if backend == "nccl":
         if not torch.cuda.is_available():
             sys.exit("kdist: KDIST_DIST_BACKEND=nccl but no GPU is visible; use gloo")

@@ -30,7 +30,7 @@ from torch import nn
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel
 
-from kdist.checkpoint import Checkpointer
+from kdist.workloads.checkpoint import Checkpointer
 from kdist.workloads.common import (
     Dist,
     Meter,

@@ -32,7 +32,8 @@ from torch import nn
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
-from kdist.checkpoint import Checkpointer
+from kdist.shared import env as E
+from kdist.workloads.checkpoint import Checkpointer
 from kdist.workloads.common import (
     DEFAULT_PG_TIMEOUT_S,
     Dist,
@@ -130,7 +131,7 @@ def _check(parser: argparse.ArgumentParser, args: argparse.Namespace, world: int
 
 
 def train(args: argparse.Namespace, d: Dist, stages: int) -> None:
-    timeout = timedelta(seconds=int(os.environ.get("KDIST_PG_TIMEOUT", DEFAULT_PG_TIMEOUT_S)))
+    timeout = timedelta(seconds=int(os.environ.get(E.PG_TIMEOUT, DEFAULT_PG_TIMEOUT_S)))
     lay = Layout(d, stages, timeout)
     x, y = (t.to(d.device) for t in make_dataset(args.seed, args.dataset_size,
                                                  args.features, args.classes))

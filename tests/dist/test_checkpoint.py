@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from kdist.checkpoint import LATEST, MANIFEST, Checkpointer
+from kdist.workloads.checkpoint import LATEST, MANIFEST, Checkpointer
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -104,7 +104,7 @@ def test_saving_a_step_again_replaces_it(tmp_path):
 
 SAVER = """
 import sys, torch, torch.distributed as dist
-from kdist.checkpoint import Checkpointer
+from kdist.workloads.checkpoint import Checkpointer
 dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
 ckpt = Checkpointer(sys.argv[1], keep=3)
 loaded = ckpt.load(["state"])

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from disttools import TINY, free_port
 
-from kdist.errors import UsageError
+from kdist.shared.errors import UsageError
 from kdist.local import run_local
 from kdist.spec import load_job
 

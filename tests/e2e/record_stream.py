@@ -1,4 +1,4 @@
-"""Record what `kdist.watch` sees of one job into a fixture for tests/unit/test_watch.py.
+"""Record what `kdist.kube.reflector` sees of one job into a fixture for tests/unit/test_watch.py.
 
     python tests/e2e/record_stream.py -n NAMESPACE JOB OUT.jsonl
 
@@ -14,9 +14,11 @@ import argparse
 import json
 from typing import Any
 
-from kdist.cluster import Cluster
-from kdist.options import ClusterOptions
-from kdist.watch import Session, Tracker
+from kdist.kube.client import Cluster
+from kdist.kube.config import ClusterOptions
+from kdist.kube.reflector import Session
+from kdist.kube.sources import job_sources
+from kdist.kube.tracker import Tracker
 
 
 class RecordingTracker(Tracker):
@@ -52,7 +54,7 @@ def main() -> None:
     cluster = Cluster.connect(ClusterOptions(namespace=args.namespace))
     job = cluster.get_job(args.job, args.namespace)
     tracker = RecordingTracker(args.job, args.namespace)
-    session = Session(tracker, cluster.sources(job))
+    session = Session(tracker, job_sources(cluster, job))
     session.start()
     for kind, payload in session.events():
         if kind == "warning":

@@ -20,7 +20,7 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kdist.cli import load, main
+from kdist.cli.main import load, main
 from kdist.rendering import render
 from tests.unit.helpers import spec_with
 from tests.unit.test_fuzz import FIELDS, trees

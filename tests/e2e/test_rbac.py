@@ -10,7 +10,7 @@ import json
 import pytest
 from kubernetes import utils
 
-from kdist import addons
+from kdist.rendering import addons
 
 from .conftest import Kube
 from .conftest_cli import job_file_fixture, kdist_fixture, kubectl, leftovers  # noqa: F401

@@ -30,8 +30,8 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from kdist.cluster import pod_rank
-from kdist.quantity import parse_quantity
+from kdist.kube.objects import pod_rank
+from kdist.spec.quantity import parse_quantity
 
 from .conftest import REQUEST_TIMEOUT, Kube
 from .conftest_cli import job_file_fixture, kdist_fixture, kdist_popen_fixture  # noqa: F401

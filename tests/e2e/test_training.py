@@ -13,8 +13,8 @@ import pytest
 import yaml
 from kubernetes import client, utils
 
-from kdist import labels as L
 from kdist.rendering import render
+from kdist.shared import labels as L
 from kdist.spec import validate_job
 
 from .conftest import Kube

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from kdist import exitcodes
 from kdist.launch import pick_failure
 from kdist.rendering import render
+from kdist.shared import exitcodes
 from kdist.spec import validate_job
 
 from .helpers import spec_with

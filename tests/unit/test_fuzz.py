@@ -11,8 +11,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kdist.errors import SpecError
 from kdist.rendering import render
+from kdist.shared.errors import SpecError
 from kdist.spec import parse_job
 from tests.unit import crd
 from tests.unit.helpers import BASE, spec_with
@@ -92,12 +92,12 @@ def test_pathological_inputs_bounded_in_time_and_memory():
     cases.append(yaml.safe_dump(spec_with(**{"spec.env": big_env})).encode())
     for text in cases:
         tracemalloc.start()
-        start = time.monotonic()
+        start = time.process_time()  # the parser's own work, not the machine's load
         try:
             render(parse_job(text, "fuzz.yaml"))
         except SpecError:
             pass
-        elapsed = time.monotonic() - start
+        elapsed = time.process_time() - start
         _, peak = tracemalloc.get_traced_memory()
         tracemalloc.stop()
         assert elapsed < 5.0, (text[:40], elapsed)

@@ -10,7 +10,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kdist import exitcodes
 from kdist.launch import (
     LaunchError,
     LaunchPlan,
@@ -20,6 +19,7 @@ from kdist.launch import (
     resolve_env,
     wait_for_master,
 )
+from kdist.shared import exitcodes
 
 
 def no_gpus() -> int:

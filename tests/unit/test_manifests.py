@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import kubernetes_validate
 
-from kdist import addons
-from kdist.manifests import stale, write
+from kdist.rendering import addons
+from kdist.rendering.manifests import stale, write
 from tests.unit.golden import ROOT
 
 

@@ -8,9 +8,9 @@ import sys
 import kubernetes_validate
 import pytest
 
-from kdist import exitcodes
-from kdist import labels as L
 from kdist.rendering import render, to_json, to_yaml, with_backend
+from kdist.shared import exitcodes
+from kdist.shared import labels as L
 from kdist.spec import load_job, validate_job
 from tests.unit import crd, golden, restricted
 from tests.unit.helpers import spec_with

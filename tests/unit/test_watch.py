@@ -14,21 +14,12 @@ from typing import Any
 
 import pytest
 
-from kdist.cluster import Action, Gone, JobNotFound, Transient, api_error, pod_rank
-from kdist.errors import ClusterError
-from kdist.progress import sparkline
-from kdist.watch import (
-    Backoff,
-    Reflector,
-    Session,
-    Sources,
-    Tracker,
-    follow_log,
-    job_phase,
-    max_steps_from_args,
-    parse_record,
-    wait_empty,
-)
+from kdist.cli.progress import sparkline
+from kdist.kube.errors import Action, Gone, HttpError, Transient, api_error
+from kdist.kube.objects import job_phase, max_steps_from_args, parse_record, pod_rank
+from kdist.kube.reflector import Backoff, Reflector, Session, Sources, follow_log, wait_empty
+from kdist.kube.tracker import Tracker
+from kdist.shared.errors import ClusterError, JobNotFound
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -443,12 +434,8 @@ def test_sparkline():
 # ---- API errors become one clear line ------------------------------------------------------------
 
 
-def _api_exc(status: int, body: dict[str, Any] | str) -> Exception:
-    from kubernetes.client.exceptions import ApiException
-
-    e = ApiException(status=status, reason="x")
-    e.body = body if isinstance(body, str) else json.dumps(body)
-    return e
+def _api_exc(status: int, body: dict[str, Any] | str) -> HttpError:
+    return HttpError(status, "x", (body if isinstance(body, str) else json.dumps(body)).encode())
 
 
 def test_api_error_messages():
@@ -471,8 +458,8 @@ def test_api_error_messages():
                                     "details": {"name": "mnist", "kind": "jobs"}}),
                      Action("get", "jobs", "team-a", "mnist"), server)
     assert isinstance(gone, JobNotFound) and gone.exit_code == 2
-    down = api_error(ConnectionRefusedError("refused"), create, server)
-    assert str(down).startswith(f"cluster unreachable at {server}") and down.exit_code == 3
+    html = api_error(_api_exc(502, "<html><body>Bad gateway</body></html>"), create, server)
+    assert "502" in str(html) and "Bad gateway" in str(html) and html.exit_code == 3
 
 
 # ---- streams recorded on the real cluster (tests/e2e/record_stream.py) ---------------------------

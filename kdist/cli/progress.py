@@ -13,7 +13,8 @@ import sys
 import time
 from typing import IO, Any
 
-from kdist.watch import JobState, RankState, parse_time
+from kdist.kube.objects import parse_time
+from kdist.kube.tracker import JobState, RankState
 
 SPARK = "▁▂▃▄▅▆▇█"
 STEP_EVERY = 5.0  # seconds between plain progress lines that only report a new step
@@ -240,7 +241,7 @@ def print_status(state: JobState) -> None:
     console.print(table)
 
 
-def print_jobs(rows: list[dict[str, Any]], all_namespaces: bool) -> None:
+def print_jobs(rows: list[Any], all_namespaces: bool) -> None:
     """`kdist list`: one row per job of either backend."""
     from rich.console import Console
     from rich.table import Table
@@ -255,7 +256,7 @@ def print_jobs(rows: list[dict[str, Any]], all_namespaces: bool) -> None:
     for col in cols:
         table.add_column(col, no_wrap=True)
     for row in rows:
-        cells = [row["namespace"]] if all_namespaces else []
-        table.add_row(*cells, row["name"], row["backend"], str(row["nodes"] or "-"),
-                      row["phase"], duration(row["age"]))
+        cells = [row.namespace] if all_namespaces else []
+        table.add_row(*cells, row.name, row.backend, str(row.nodes or "-"), row.phase,
+                      duration(row.age_s))
     console.print(table)

@@ -15,21 +15,18 @@ from typing import Any
 import jinja2
 import yaml
 
-from kdist import exitcodes
-from kdist import labels as L
-from kdist.contract import env_contract, launch_argv, master_service_addr
-from kdist.errors import KdistError
-from kdist.quantity import format_bytes, parse_quantity
-from kdist.spec import TrainingJob
+from kdist.rendering.contract import env_contract, launch_argv, master_service_addr
+from kdist.rendering.labels import object_labels
+from kdist.rendering.yamlout import dump_objects
+from kdist.shared import env as E
+from kdist.shared import exitcodes
+from kdist.shared import labels as L
+from kdist.shared.errors import RenderError
+from kdist.spec.model import TrainingJob
+from kdist.spec.quantity import format_bytes, parse_quantity
 
 RUN_AS_UID = 1000
 _YAML_UNSAFE = re.compile("[\x7f-\x9f\u2028\u2029\ufeff\ufffe\uffff]")
-
-
-class RenderError(KdistError):
-    """The rendered text did not parse back to what was meant (a kdist bug)."""
-
-    exit_code = 3
 
 
 def yaml_quote(value: Any) -> str:
@@ -45,7 +42,7 @@ def yaml_quote(value: Any) -> str:
 @lru_cache(maxsize=1)
 def _env() -> jinja2.Environment:
     env = jinja2.Environment(
-        loader=jinja2.PackageLoader("kdist", "templates"),
+        loader=jinja2.PackageLoader("kdist.rendering", "templates"),
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
@@ -92,14 +89,14 @@ _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 def _context(job: TrainingJob) -> dict[str, Any]:
     s, name = job.spec, job.metadata.name
     indexed = s.backend == "indexed-job"
-    job_labels = L.object_labels(job, "training")
+    job_labels = object_labels(job, "training")
     if s.scheduling.queue:
         job_labels[L.QUEUE] = s.scheduling.queue
     argv = launch_argv(job)
     master = master_service_addr(job) if indexed else None
     env = env_contract(job, node_rank=None, master_addr=master)
     pod = {
-        "labels": L.object_labels(job, "worker"),
+        "labels": object_labels(job, "worker"),
         "subdomain": name if indexed else "",
         "restart_policy": "Never",
         "uid": RUN_AS_UID,
@@ -115,6 +112,7 @@ def _context(job: TrainingJob) -> dict[str, Any]:
         "port": s.distributed.port,
         "env": [{"name": k, "value": v} for k, v in env.items()],
         "node_rank_from_index": indexed,
+        "node_rank_env": E.NODE_RANK,
         "env_from": [e.model_dump(by_alias=True, exclude_none=True) for e in s.env_from],
         "resources": _resources(job),
         "volume_mounts": _mounts(job),
@@ -125,7 +123,7 @@ def _context(job: TrainingJob) -> dict[str, Any]:
         "name": name,
         "namespace": job.metadata.namespace,
         "job_labels": job_labels,
-        "service_labels": L.object_labels(job, "rendezvous"),
+        "service_labels": object_labels(job, "rendezvous"),
         "selector": L.selector(name),
         "port": s.distributed.port,
         "nodes": s.nodes,
@@ -208,31 +206,12 @@ def _pod_templates(obj: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def to_yaml(objects: list[dict[str, Any]]) -> str:
-    """Multi-document YAML, byte-identical for identical input."""
-    return yaml.dump_all(
-        objects,
-        Dumper=_Dumper,
-        sort_keys=False,
-        default_flow_style=False,
-        allow_unicode=True,
-        width=1 << 16,
-        explicit_start=True,
-    )
+    """Multi-document YAML, byte-identical for identical input; PyYAML and kubectl
+    (sigs.k8s.io/yaml) read every string back as that string."""
+    return dump_objects(objects)
 
 
 def to_json(objects: list[dict[str, Any]]) -> str:
     """A kubectl-appliable v1 List."""
     doc = {"apiVersion": "v1", "kind": "List", "items": objects}
     return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
-
-
-class _Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]
-    """Block style, except lists of numbers (exit codes) on one line."""
-
-
-def _represent_list(dumper: yaml.SafeDumper, data: list[Any]) -> yaml.Node:
-    flow = bool(data) and all(type(x) is int for x in data)
-    return dumper.represent_sequence("tag:yaml.org,2002:seq", data, flow_style=flow)
-
-
-_Dumper.add_representer(list, _represent_list)

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import math
 
-from kdist.quantity import parse_quantity
-from kdist.spec import TrainingJob
+from kdist.shared import env as E
+from kdist.spec.model import TrainingJob
+from kdist.spec.quantity import parse_quantity
 
 LAUNCHER = ["python", "-m", "kdist.launch"]
 
@@ -50,21 +51,21 @@ def env_contract(
     """
     s = job.spec
     env = {
-        "KDIST_JOB_NAME": job.metadata.name,
-        "KDIST_NNODES": str(s.nodes),
-        "KDIST_NPROC_PER_NODE": str(s.procs_per_node),
+        E.JOB_NAME: job.metadata.name,
+        E.NNODES: str(s.nodes),
+        E.NPROC_PER_NODE: str(s.procs_per_node),
     }
     if node_rank is not None:
-        env["KDIST_NODE_RANK"] = str(node_rank)
+        env[E.NODE_RANK] = str(node_rank)
     if master_addr is not None:
-        env["KDIST_MASTER_ADDR"] = master_addr
-    env["KDIST_MASTER_PORT"] = str(s.distributed.port)
-    env["KDIST_DIST_BACKEND"] = s.dist_backend
-    env["KDIST_MAX_RESTARTS"] = str(s.distributed.max_restarts)
-    env["KDIST_RDZV_TIMEOUT"] = str(s.distributed.rendezvous_timeout_seconds)
-    env["KDIST_PG_TIMEOUT"] = str(s.distributed.collective_timeout_seconds)
+        env[E.MASTER_ADDR] = master_addr
+    env[E.MASTER_PORT] = str(s.distributed.port)
+    env[E.DIST_BACKEND] = s.dist_backend
+    env[E.MAX_RESTARTS] = str(s.distributed.max_restarts)
+    env[E.RDZV_TIMEOUT] = str(s.distributed.rendezvous_timeout_seconds)
+    env[E.PG_TIMEOUT] = str(s.distributed.collective_timeout_seconds)
     if s.checkpoint is not None:
-        env["KDIST_CHECKPOINT_DIR"] = s.checkpoint.path
+        env[E.CHECKPOINT_DIR] = s.checkpoint.path
     env["OMP_NUM_THREADS"] = str(omp_threads(job))
     env.update(s.env)
     return env

@@ -1,11 +1,6 @@
-"""Every label and annotation key kdist sets, and the one function that builds them."""
+"""Every label and annotation key kdist sets or reads (``kdist.rendering.labels`` builds them)."""
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from kdist.spec import TrainingJob
 
 DOMAIN = "kdist.dev"
 JOB_NAME = f"{DOMAIN}/job-name"
@@ -26,7 +21,17 @@ KF_REPLICA_TYPE = "training.kubeflow.org/replica-type"
 KF_REPLICA_INDEX = "training.kubeflow.org/replica-index"
 KF_JOB_NAME = "training.kubeflow.org/job-name"
 
-RESERVED_LABEL_PREFIXES = (f"{DOMAIN}/", "app.kubernetes.io/", "kueue.x-k8s.io/")
+#: Keys a user's labels may not set: the ones kdist sets, and the ones the Job
+#: controller owns (it refuses or overwrites them). Other app.kubernetes.io/*
+#: keys (part-of, version, ...) are the user's.
+RESERVED_LABEL_KEYS = frozenset({NAME, INSTANCE, COMPONENT, MANAGED_BY, QUEUE,
+                                 "job-name", "controller-uid"})
+RESERVED_LABEL_PREFIXES = (f"{DOMAIN}/", "batch.kubernetes.io/")
+
+
+def is_reserved(key: str) -> bool:
+    """Whether `key` is a label kdist or the Job controller sets (a user may not)."""
+    return key in RESERVED_LABEL_KEYS or key.startswith(RESERVED_LABEL_PREFIXES)
 
 
 def selector(name: str) -> dict[str, str]:
@@ -36,17 +41,3 @@ def selector(name: str) -> dict[str, str]:
 
 def selector_string(name: str) -> str:
     return ",".join(f"{k}={v}" for k, v in selector(name).items())
-
-
-def object_labels(job: TrainingJob, component: str) -> dict[str, str]:
-    """The labels on every object kdist renders for `job`: the user's, then kdist's."""
-    labels = dict(job.metadata.labels)
-    labels.update({
-        NAME: "kdist",
-        INSTANCE: job.metadata.name,
-        COMPONENT: component,
-        MANAGED_BY: "kdist",
-        BACKEND: job.spec.backend,
-        **selector(job.metadata.name),
-    })
-    return labels

@@ -1,6 +1,7 @@
-"""The `kdist` command line: parses flags, calls the core, maps errors to exit codes.
+"""The `kdist` command group, error mapping, and the verbs that need no cluster.
 
-Exit codes (DESIGN.md): 0 success, 1 the job failed, 2 bad input, 3 cluster or API error.
+Exit codes (docs/DESIGN.md): 0 success, 1 the job failed, 2 bad input, 3 cluster or
+API error; 130 on Ctrl-C. Every KdistError becomes its one-line message here.
 """
 
 from __future__ import annotations
@@ -11,17 +12,17 @@ from typing import TYPE_CHECKING
 
 import click
 
-from kdist.errors import KdistError, UsageError
-from kdist.options import (
+from kdist.cli.options import (
     ClusterOptions,
     backend_option,
     global_options,
     job_file_argument,
     output_option,
 )
+from kdist.shared.errors import KdistError, UsageError
 
 if TYPE_CHECKING:  # the spec model imports pydantic: not for `kdist --help`
-    from kdist.spec import TrainingJob
+    from kdist.spec.model import TrainingJob
 
 STARTER = Path(__file__).with_name("starter.yaml")
 
@@ -48,14 +49,15 @@ class _Group(click.Group):
 @click.version_option(package_name="kdist")
 @click.pass_context
 def main(ctx: click.Context, kubeconfig: str | None, context: str | None,
-         namespace: str | None) -> None:
+         namespace: str | None, request_timeout: float | None) -> None:
     """Distributed PyTorch training on Kubernetes from one job.yaml.
 
     \b
     Shell completion (bash; zsh/fish likewise):
       eval "$(_KDIST_COMPLETE=bash_source kdist)"
     """
-    ctx.obj = ClusterOptions(kubeconfig=kubeconfig, context=context, namespace=namespace)
+    ctx.obj = ClusterOptions(kubeconfig=kubeconfig, context=context, namespace=namespace,
+                             request_timeout=request_timeout)
 
 
 def load(file: str, namespace: str | None = None, backend: str | None = None, *,
@@ -68,6 +70,10 @@ def load(file: str, namespace: str | None = None, backend: str | None = None, *,
     from kdist.rendering import with_backend
     from kdist.spec import load_job
 
+    if namespace is not None:
+        from kdist.kube.config import check_namespace
+
+        check_namespace(namespace, "-n/--namespace")
     job = with_backend(load_job(file), backend)
     if namespace and job.metadata.namespace and namespace != job.metadata.namespace:
         raise UsageError(
@@ -92,7 +98,7 @@ def _warn_advice(file: str, job: TrainingJob) -> None:
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
 def validate(files: tuple[str, ...]) -> None:
     """Check job files; print every problem with its field path."""
-    from kdist.errors import SpecError
+    from kdist.shared.errors import SpecError
     from kdist.spec import load_job
 
     problems: list[str] = []
@@ -135,12 +141,33 @@ def init(file: str, force: bool) -> None:
     if file == "-":
         click.echo(text, nl=False)
         return
-    path = Path(file)
-    if path.exists() and not force:
-        raise UsageError(f"{file}: already exists (use --force to overwrite)")
-    path.write_text(text)
+    _write_new(Path(file), text, force)
     click.echo(f"wrote {file}: edit spec.image, then `kdist run --local {file}` or "
                f"`kdist submit {file}`")
+
+
+def _write_new(path: Path, text: str, force: bool) -> None:
+    """Write `path` whole (temp file + rename), never through a symlink."""
+    import os
+    import tempfile
+
+    if path.is_symlink():
+        raise UsageError(f"{path}: is a symbolic link; kdist init will not write through it")
+    if path.exists() and (not force or not path.is_file()):
+        what = "already exists (use --force to overwrite)" if path.is_file() else \
+            "exists and is not a regular file"
+        raise UsageError(f"{path}: {what}")
+    parent = path.parent
+    if not parent.is_dir():
+        raise UsageError(f"{path}: directory {parent} does not exist")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{path.name}.", suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except OSError as e:
+        raise UsageError(f"{path}: cannot write: {e.strerror or e}") from None
 
 
 @main.command()
@@ -158,13 +185,3 @@ def run(file: str | None, local: bool) -> None:
 
     job = load(file or str(STARTER), local=True)
     sys.exit(run_local(job))
-
-
-def _register_cluster_verbs() -> None:
-    from kdist import cli_cluster  # its heavy imports (kubernetes, rich) happen per command
-
-    for command in cli_cluster.COMMANDS:
-        main.add_command(command)
-
-
-_register_cluster_verbs()

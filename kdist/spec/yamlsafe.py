@@ -13,24 +13,85 @@ import yaml
 MAX_BYTES = 1 << 20
 MAX_NODES = 20_000
 MAX_DEPTH = 64
+MAX_NUMBER_CHARS = 64  # past this a YAML number is a mistake (and int() of 4,300 digits raises)
 # libyaml when present: the pure-Python scanner takes seconds on a 1 MiB scalar.
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_Base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+# YAML 1.1 line breaks that editors show inside one line: a reviewer would not
+# see the extra key or item PyYAML reads after one.
+_HIDDEN_BREAKS = {"\x85": "U+0085", "\u2028": "U+2028", "\u2029": "U+2029"}
+# Tags whose values would silently become something else than what is written.
+_REFUSED_TAGS = {"tag:yaml.org,2002:binary", "tag:yaml.org,2002:timestamp",
+                 "tag:yaml.org,2002:set", "tag:yaml.org,2002:omap", "tag:yaml.org,2002:pairs",
+                 "tag:yaml.org,2002:merge", "tag:yaml.org,2002:value"}
+
+
+class YamlInt(int):
+    """An int read from YAML, with the text it was written as (to tell `010` from `8`)."""
+
+    yaml_text: str
+
+
+class YamlFloat(float):
+    """A float read from YAML, with the text it was written as (to tell `1.10` from `1.1`)."""
+
+    yaml_text: str
+
+
+class _Loader(_Base):  # type: ignore[misc,valid-type]
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
+        _check_number(node)
+        value = YamlInt(super().construct_yaml_int(node))
+        value.yaml_text = node.value
+        return value
+
+    def construct_yaml_float(self, node: yaml.ScalarNode) -> float:
+        _check_number(node)
+        value = YamlFloat(super().construct_yaml_float(node))
+        value.yaml_text = node.value
+        return value
+
+    def construct_undefined(self, node: yaml.Node) -> object:
+        raise _problem(node, f"the tag {node.tag} is not allowed here")
+
+
+_Loader.add_constructor("tag:yaml.org,2002:int", _Loader.construct_yaml_int)
+_Loader.add_constructor("tag:yaml.org,2002:float", _Loader.construct_yaml_float)
+for _tag in _REFUSED_TAGS:
+    _Loader.add_constructor(_tag, _Loader.construct_undefined)
+_Loader.add_constructor(None, _Loader.construct_undefined)
+
+
+def _problem(node: yaml.Node, message: str) -> YamlProblem:
+    return YamlProblem(f"line {node.start_mark.line + 1}: {message}")
+
+
+def _check_number(node: yaml.ScalarNode) -> None:
+    if len(node.value) > MAX_NUMBER_CHARS:
+        raise _problem(node, f"a number of {len(node.value)} characters is too large; "
+                             "quote it if it is text")
 
 
 class YamlProblem(ValueError):
     """The text is not one small, well-formed YAML document."""
 
 
-def load_document(data: bytes) -> object:
+def load_document(data: bytes, *, max_bytes: int = MAX_BYTES) -> object:
     """Parse `data` as exactly one YAML document within the bounds above."""
-    if len(data) > MAX_BYTES:
-        raise YamlProblem(f"file is larger than {MAX_BYTES // 1024} KiB")
+    if len(data) > max_bytes:
+        raise YamlProblem(f"file is larger than {max_bytes // 1024} KiB")
     if b"\x00" in data:
         raise YamlProblem("file is binary, not YAML text")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise YamlProblem(f"file is not UTF-8 text (byte {e.start})") from None
+    for char, name in _HIDDEN_BREAKS.items():
+        if char in text:
+            line = text.count("\n", 0, text.index(char)) + 1
+            raise YamlProblem(
+                f"line {line}: a raw {name} character, which YAML reads as a line break but "
+                f"editors show as none; write it escaped (\\u{name[2:].lower()}) in a "
+                "double-quoted string, or remove it")
     try:
         loader = _Loader(text)
     except yaml.reader.ReaderError as e:  # refused up front: unprintable characters
@@ -43,13 +104,15 @@ def load_document(data: bytes) -> object:
         if node is None:
             raise YamlProblem("file is empty")
         _check_graph(node)
-        return loader.construct_document(node)
+        doc = loader.construct_document(node)
+        _check_strings(doc, "")
+        return doc
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         raise YamlProblem(f"{where}invalid YAML: {e.problem or e.context}") from None
     except yaml.YAMLError as e:
-        raise YamlProblem(f"invalid YAML: {e}") from None
+        raise YamlProblem(f"invalid YAML: {' '.join(str(e).split())}") from None
     except RecursionError:
         raise YamlProblem(f"document is nested deeper than {MAX_DEPTH} levels") from None
     finally:
@@ -114,3 +177,18 @@ def _check_graph(root: yaml.Node) -> None:
         return total
 
     size(root, 0)
+
+
+def _check_strings(value: object, path: str) -> None:
+    """Refuse NUL characters (from YAML escapes) anywhere: no process can receive one."""
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise YamlProblem(f"{path or 'a value'}: contains a NUL character (\\0)")
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            sub = f"{path}.{k}" if path else str(k)
+            _check_strings(k, sub)
+            _check_strings(v, sub)
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _check_strings(v, f"{path}[{i}]")

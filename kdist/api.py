@@ -1,0 +1,350 @@
+"""kdist's Python API: what the CLI does, as functions (docs/DESIGN.md, "Python API").
+
+    import kdist
+    job = kdist.load_job("job.yaml")
+    sub = kdist.submit(job, wait=False)             # create; returns what was sent
+    state = kdist.wait(job.metadata.name)           # follow to the end; JobFailed if it failed
+    print(kdist.status("mnist-ddp").ranks[0].loss)
+    kdist.delete("mnist-ddp")
+
+Every function takes the cluster target as keywords (``kubeconfig=``,
+``context=``, ``namespace=``, ``request_timeout=``; the kubeconfig's defaults
+otherwise), validates names before sending anything, and raises the typed
+errors of ``kdist.shared.errors`` (``UsageError``, ``JobNotFound``,
+``ClusterError``, ``JobFailed``, ``TimedOut``). Results are plain dataclasses.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from kdist.kube.config import ClusterOptions, KubeConfig, resolve_namespace
+from kdist.shared.errors import JobFailed, TimedOut, UsageError
+from kdist.shared.names import job_name_problem
+
+if TYPE_CHECKING:
+    from kdist.kube.client import Cluster
+    from kdist.kube.tracker import JobState
+    from kdist.spec.model import TrainingJob
+
+#: Names kdist looks up may be any DNS-1035 label a Job or PyTorchJob can have.
+LOOKUP_NAME_LIMIT = 63
+
+
+class Observer(Protocol):
+    """What `wait` reports to while it follows a job (the CLI's displays are observers)."""
+
+    def start(self, state: JobState) -> None: ...
+    def update(self, state: JobState) -> None: ...
+    def tick(self, state: JobState) -> None: ...
+    def warning(self, text: str) -> None: ...
+    def log(self, rank: int | None, line: str) -> None: ...
+    def stop(self) -> None: ...
+
+
+class _Quiet:
+    def start(self, state: JobState) -> None: ...
+    def update(self, state: JobState) -> None: ...
+    def tick(self, state: JobState) -> None: ...
+    def warning(self, text: str) -> None: ...
+    def log(self, rank: int | None, line: str) -> None: ...
+    def stop(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Submission:
+    """What `submit` did: the objects as created (or as they would be), and what was said."""
+
+    name: str
+    namespace: str
+    objects: list[dict[str, Any]]
+    warnings: list[str] = field(default_factory=list)
+    replaced: list[str] = field(default_factory=list)  # what --replace deleted first
+    dry_run: str | None = None  # None, "client" or "server"
+    state: JobState | None = None  # the end state, when submitted with wait=True
+
+
+@dataclass(frozen=True)
+class JobSummary:
+    """One row of `list_jobs`."""
+
+    name: str
+    namespace: str
+    backend: str
+    nodes: int | None
+    phase: str
+    age_s: float | None
+
+
+@dataclass(frozen=True)
+class RankLog:
+    """One rank's log as `logs` reads it; `note` says why there are no lines."""
+
+    rank: int
+    pod: str
+    lines: list[str]
+    note: str = ""
+
+
+def target(**options: Any) -> ClusterOptions:
+    """The cluster target from keyword options (None = the kubeconfig's default)."""
+    unknown = set(options) - {"kubeconfig", "context", "namespace", "request_timeout"}
+    if unknown:
+        raise TypeError(f"unknown option(s): {', '.join(sorted(unknown))}")
+    return ClusterOptions(**options)
+
+
+def check_name(name: str) -> str:
+    """`name` if it can name a job; UsageError otherwise (before any request)."""
+    problem = job_name_problem(name, LOOKUP_NAME_LIMIT)
+    if problem:
+        raise UsageError(problem)
+    return name
+
+
+def connect(opts: ClusterOptions) -> tuple[Cluster, str]:
+    """A client and the namespace to use (-n, else the context's, else "default")."""
+    from kdist.kube.client import Cluster
+
+    kubeconfig = KubeConfig.load(opts)
+    return Cluster.connect(opts, kubeconfig), resolve_namespace(opts, None, kubeconfig)
+
+
+# ---- submit -------------------------------------------------------------------------------
+
+
+def with_namespace(job: TrainingJob, opts: ClusterOptions,
+                   kubeconfig: KubeConfig | None) -> TrainingJob:
+    """The job with its namespace resolved: -n / metadata.namespace / context / default."""
+    if opts.namespace and job.metadata.namespace and opts.namespace != job.metadata.namespace:
+        raise UsageError(f"metadata.namespace is {job.metadata.namespace!r} but -n says "
+                         f"{opts.namespace!r}")
+    ns = resolve_namespace(opts, job.metadata.namespace, kubeconfig)
+    if job.metadata.namespace == ns:
+        return job
+    return job.model_copy(update={"metadata": job.metadata.model_copy(update={"namespace": ns})})
+
+
+def submit(job: TrainingJob, *, wait: bool = True, replace: bool = False,
+           dry_run: str | None = None, timeout: float | None = None, logs: bool = False,
+           observer: Observer | None = None,
+           on_submitted: Callable[[Submission], None] | None = None,
+           **options: Any) -> Submission:
+    """Render `job` and create it, all or nothing; with `wait`, follow it to its end.
+
+    `dry_run="client"` renders only (no cluster); `"server"` asks the API
+    server to validate without persisting. `replace` deletes a job of the same
+    name first and waits until it is gone. `on_submitted` hears of the created
+    objects before the wait. With `wait`, a failed job raises JobFailed and a
+    passed `timeout` raises TimedOut (the job keeps running).
+    """
+    from kdist.rendering import render
+
+    if dry_run not in (None, "client", "server"):
+        raise UsageError(f"dry_run must be 'client' or 'server', not {dry_run!r}")
+    if replace and dry_run == "server":
+        raise UsageError("replace cannot be combined with a server dry run (it would delete)")
+    opts = target(**options)
+    kubeconfig = KubeConfig.load(opts, missing_ok=dry_run == "client")
+    job = with_namespace(job, opts, kubeconfig)
+    name, ns = job.metadata.name, job.metadata.namespace or "default"
+    objects = render(job)
+    if dry_run == "client":
+        return Submission(name, ns, objects, dry_run="client")
+    from kdist.kube.client import Cluster
+    from kdist.shared.errors import JobNotFound
+
+    cluster = Cluster.connect(opts, kubeconfig)
+    replaced: list[str] = []
+    if replace:
+        try:
+            replaced = cluster.delete(name, ns, wait=True)
+        except JobNotFound:
+            pass
+    created, warnings = cluster.create(objects, dry_run=dry_run == "server")
+    sub = Submission(name, ns, created, warnings, replaced, dry_run)
+    if on_submitted is not None:
+        on_submitted(sub)
+    if not wait or dry_run:
+        return sub
+    state = follow(cluster, created[0], observer or _Quiet(), logs=logs, timeout=timeout)
+    _check(state)
+    return Submission(name, ns, created, warnings, replaced, None, state)
+
+
+# ---- follow, wait, status -------------------------------------------------------------------
+
+
+def follow(cluster: Cluster, job: dict[str, Any], observer: Observer, *, logs: bool = True,
+           tail: int | None = None, ranks: set[int] | None = None,
+           timeout: float | None = None, drain: float = 5.0) -> JobState:
+    """Watch `job` (its API object) to its end, reporting to `observer`; TimedOut on timeout."""
+    from kdist.kube.reflector import Session
+    from kdist.kube.sources import job_sources
+    from kdist.kube.tracker import Tracker
+
+    meta = job["metadata"]
+    tracker = Tracker(meta["name"], meta["namespace"])
+    tracker.job_event("ADDED", job)
+    sources = job_sources(cluster, job)
+    session = Session(tracker, sources, logs=logs, tail=tail, ranks=ranks)
+    deadline = time.monotonic() + timeout if timeout else None
+    state = tracker.state
+    observer.start(state)
+    try:
+        session.start()
+        for kind, payload in session.events(drain=drain):
+            if kind == "warning":
+                observer.warning(payload)
+            elif kind == "log":
+                observer.log(*payload)
+            elif kind == "update":
+                observer.update(state)
+            elif kind == "tick":
+                observer.tick(state)
+            if deadline is not None and state.outcome is None and time.monotonic() > deadline:
+                raise TimedOut(timeout_line(state, timeout or 0))
+    finally:
+        session.close()
+        observer.stop()
+    return state
+
+
+def reattach_hint(name: str, namespace: str) -> str:
+    return (f"job {name} keeps running in namespace {namespace}; reattach with "
+            f"`kdist -n {namespace} status {name}` or `kdist -n {namespace} logs -f {name}`, "
+            f"stop it with `kdist -n {namespace} delete {name}`")
+
+
+def timeout_line(state: JobState, timeout: float) -> str:
+    waiting = [f"rank {r.rank} {r.phase}" + (f" ({r.reason})" if r.reason else "")
+               for r in sorted(state.ranks.values(), key=lambda r: r.rank)
+               if r.phase != "Succeeded"]
+    return (f"timed out after {timeout:g}s: job {state.name} has not finished"
+            + (f" ({', '.join(waiting)})" if waiting else "")
+            + f"; {reattach_hint(state.name, state.namespace)}")
+
+
+def _check(state: JobState) -> None:
+    if state.outcome != "Succeeded":
+        raise JobFailed(state.failure_line())
+
+
+def wait(name: str, *, timeout: float | None = None, logs: bool = False,
+         tail: int | None = None, rank: int | None = None, check: bool = True,
+         observer: Observer | None = None, **options: Any) -> JobState:
+    """Follow job `name` to its end. `check`: raise JobFailed when it failed."""
+    check_name(name)
+    cluster, ns = connect(target(**options))
+    job = cluster.get_job(name, ns)
+    _check_rank(job, rank)
+    state = follow(cluster, job, observer or _Quiet(), logs=logs, tail=tail,
+                   ranks=None if rank is None else {rank}, timeout=timeout,
+                   drain=15.0 if logs else 5.0)
+    if check:
+        _check(state)
+    return state
+
+
+def _check_rank(job: dict[str, Any], rank: int | None) -> None:
+    from kdist.kube.objects import job_nodes
+
+    nodes = job_nodes(job)
+    if rank is not None and nodes is not None and not 0 <= rank < nodes:
+        raise UsageError(f"rank {rank}: job {job['metadata']['name']} has ranks 0 to "
+                         f"{nodes - 1}")
+
+
+def _tracked(cluster: Cluster, job: dict[str, Any]) -> Any:
+    from kdist.kube.objects import pod_selector
+    from kdist.kube.tracker import Tracker
+
+    meta = job["metadata"]
+    tracker = Tracker(meta["name"], meta["namespace"])
+    tracker.job_event("ADDED", job)
+    tracker.pod_relist(cluster.list_pods(meta["namespace"], pod_selector(job)))
+    return tracker
+
+
+def status(name: str, *, tail: int = 2000, **options: Any) -> JobState:
+    """Job `name` now: its phase, and per rank its pod, restarts and recent step/loss."""
+    from kdist.shared.errors import KdistError
+
+    check_name(name)
+    cluster, ns = connect(target(**options))
+    tracker = _tracked(cluster, cluster.get_job(name, ns))
+    for r in tracker.state.ranks.values():
+        if r.pod and tracker.pod_started(r.pod):
+            try:
+                lines = cluster.read_log(r.pod, ns, tail=tail)
+            except KdistError:
+                continue  # a log that cannot be read leaves step/loss unknown
+            for line in lines:
+                tracker.log_line(r.pod, line)
+    return tracker.state
+
+
+def logs(name: str, *, rank: int | None = None, tail: int | None = None,
+         **options: Any) -> list[RankLog]:
+    """Every rank's log (or one rank's) as it is now, in rank order."""
+    check_name(name)
+    cluster, ns = connect(target(**options))
+    job = cluster.get_job(name, ns)
+    _check_rank(job, rank)
+    tracker = _tracked(cluster, job)
+    state, out = tracker.state, []
+    for r in sorted(state.ranks.values(), key=lambda r: r.rank):
+        if rank is not None and r.rank != rank:
+            continue
+        if not r.pod or not tracker.pod_started(r.pod):
+            what = f"pod {r.pod} is {r.phase}" if r.pod else (
+                "its pod is gone" if state.outcome else "no pod yet")
+            hint = "" if state.outcome else " yet; -f waits for it"
+            note = f"{what}{f', {r.reason}' if r.reason else ''}: no log{hint}"
+            out.append(RankLog(r.rank, r.pod, [], note))
+            continue
+        out.append(RankLog(r.rank, r.pod, cluster.read_log(r.pod, ns, tail=tail)))
+    return out
+
+
+def list_jobs(*, all_namespaces: bool = False, **options: Any) -> list[JobSummary]:
+    """kdist's jobs of both backends in the namespace (or in all)."""
+    from kdist.kube.objects import job_kind_backend, job_nodes, job_phase, parse_time
+    from kdist.shared.labels import BACKEND
+
+    cluster, ns = connect(target(**options))
+    now, rows = time.time(), []
+    for obj in cluster.list_jobs(None if all_namespaces else ns):
+        meta = obj["metadata"]
+        created = parse_time(meta.get("creationTimestamp"))
+        rows.append(JobSummary(
+            name=meta["name"], namespace=meta.get("namespace", ""),
+            backend=(meta.get("labels") or {}).get(BACKEND) or job_kind_backend(obj)[1],
+            nodes=job_nodes(obj), phase=job_phase(obj),
+            age_s=None if created is None else now - created))
+    return rows
+
+
+@dataclass(frozen=True)
+class Deleted:
+    """What `delete` deleted (`job.batch/x`, `service/x`), and where."""
+
+    namespace: str
+    objects: list[str]
+
+
+def delete(name: str, *, wait: bool = True, timeout: float = 300,
+           **options: Any) -> Deleted:
+    """Delete job `name` (foreground: pods, Service, the job); with `wait`, until all is gone."""
+    check_name(name)
+    cluster, ns = connect(target(**options))
+    return Deleted(ns, cluster.delete(name, ns, wait=wait, timeout=timeout))
+
+
+def namespace(**options: Any) -> str:
+    """The namespace the other functions use for these options."""
+    opts = target(**options)
+    return resolve_namespace(opts, None, KubeConfig.load(opts))

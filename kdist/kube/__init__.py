@@ -1,0 +1,11 @@
+"""The cluster side: kubeconfig, the API client, reading API objects, following jobs.
+
+- ``config``: the kubeconfig, read once and bounded; namespaces resolved.
+- ``kinds``: one descriptor per resource; every URL is built there.
+- ``client``: `Cluster`, raw JSON requests with errors mapped (``errors``).
+- ``objects``: pure readers of API objects (ranks, phases, log records).
+- ``tracker``: the state machine that follows one job.
+- ``sources`` + ``reflector``: list/watch loops and log followers.
+
+Layers (docs/DESIGN.md): imports ``kdist.spec`` and ``kdist.shared``.
+"""

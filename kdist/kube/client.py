@@ -1,0 +1,358 @@
+"""The cluster client: raw JSON over the official client's configured connection.
+
+Objects travel as plain dicts, exactly as rendered and exactly as the API
+returns them, so what `--dry-run=client` prints is what is sent and what the
+watch sees is what tests record. The `kubernetes` package supplies the
+kubeconfig handling (TLS, tokens, exec plugins, in-cluster config) and its
+urllib3 pool; URLs come from `kdist.kube.kinds` only, and every answer is
+checked to be the Kubernetes API's (an HTML page is an error, not a crash).
+Each request is bounded by the request timeout (default 15 s): a server that
+accepts and never answers fails the verb with a clear message.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import urlencode
+
+from kdist.kube import kinds
+from kdist.kube.config import ClusterOptions, KubeConfig
+from kdist.kube.errors import RETRYABLE_STATUS, Action, HttpError, Transient, api_error, not_the_api
+from kdist.shared.errors import ClusterError, JobNotFound, KdistError, OperatorMissing
+
+FIELD_MANAGER = "kdist"
+CONNECT_TIMEOUT = 10.0
+WATCH_SECONDS = 60  # server-side timeoutSeconds of each watch; the read timeout is longer
+LOG_READ_TIMEOUT = 120  # a log quiet this long is reconnected (and checked) once
+
+
+def _transport_errors() -> tuple[type[BaseException], ...]:
+    import urllib3
+
+    return (urllib3.exceptions.HTTPError, OSError)
+
+
+class Cluster:
+    """One API server, as the kubeconfig (and --context) says."""
+
+    def __init__(self, configuration: Any, request_timeout: float) -> None:
+        from kubernetes.client import rest
+
+        self.configuration = configuration
+        self.server: str = str(configuration.host).rstrip("/")
+        self.request_timeout = request_timeout
+        self._pool = rest.RESTClientObject(configuration).pool_manager
+        self._has_pytorchjobs: bool | None = None
+        self._lock = threading.Lock()
+
+    @classmethod
+    def connect(cls, opts: ClusterOptions, kubeconfig: KubeConfig | None = None) -> Cluster:
+        """A client for the kubeconfig's cluster; a bad kubeconfig is a UsageError (exit 2)."""
+        kubeconfig = kubeconfig or KubeConfig.load(opts)
+        assert kubeconfig is not None  # load() without missing_ok raises instead
+        return cls(kubeconfig.configuration(), opts.timeout())
+
+    # -- one request ---------------------------------------------------------------------
+
+    def _headers(self, content_type: str | None = None) -> dict[str, str]:
+        headers = {"Accept": "application/json", "User-Agent": "kdist"}
+        if content_type:
+            headers["Content-Type"] = content_type
+        cfg = self.configuration
+        token = cfg.get_api_key_with_prefix("authorization") or \
+            cfg.get_api_key_with_prefix("BearerToken")
+        if token:
+            headers["Authorization"] = token
+        return headers
+
+    def open(self, method: str, path: str, query: dict[str, Any] | None = None,
+             body: Any = None, *, read_timeout: float | None = None) -> Any:
+        """The raw (unread) urllib3 response of one request; HttpError for a non-2xx answer.
+
+        Transport failures (refused, reset, timed out) raise urllib3/OSError errors.
+        """
+        import urllib3
+
+        url = self.server + path + (f"?{urlencode(query)}" if query else "")
+        data = None if body is None else json.dumps(body).encode()
+        timeout = urllib3.Timeout(connect=min(CONNECT_TIMEOUT, self.request_timeout),
+                                  read=read_timeout or self.request_timeout)
+        resp = self._pool.request(
+            method, url, body=data, preload_content=False, retries=False, timeout=timeout,
+            headers=self._headers("application/json" if data is not None else None))
+        if not 200 <= resp.status < 300:
+            body_bytes = resp.read(1 << 20)
+            resp.release_conn()
+            raise HttpError(resp.status, resp.reason or "", body_bytes)
+        return resp
+
+    def request(self, action: Action, method: str, path: str,
+                query: dict[str, Any] | None = None, body: Any = None, *,
+                transient: bool = False) -> dict[str, Any]:
+        """One request's JSON answer; every failure becomes a KdistError.
+
+        With `transient`, a transport failure or a 429/5xx raises `Transient`
+        instead, for a caller that retries (the watch loop).
+        """
+        try:
+            resp = self.open(method, path, query, body)
+            try:
+                data = resp.read()
+                content_type = resp.headers.get("Content-Type", "")
+                warnings = resp.headers.getlist("Warning") if hasattr(
+                    resp.headers, "getlist") else []
+            finally:
+                resp.release_conn()
+        except HttpError as e:
+            if transient and e.status in RETRYABLE_STATUS:
+                raise Transient(f"{e.status} {e.reason}") from None
+            raise api_error(e, action, self.server) from None
+        except _transport_errors() as e:
+            if transient:
+                raise Transient(str(self._unreachable(e))) from None
+            raise self._unreachable(e) from None
+        try:
+            answer = json.loads(data or b"{}")
+        except ValueError:
+            raise not_the_api(self.server, f"{method} {path}", content_type, data) from None
+        if not isinstance(answer, dict):
+            raise not_the_api(self.server, f"{method} {path}", content_type, data)
+        if warnings:
+            answer = dict(answer)
+            answer["__warnings__"] = [_warning_text(w) for w in warnings]
+        return answer
+
+    def _unreachable(self, e: BaseException) -> ClusterError:
+        import urllib3
+
+        if isinstance(e, (urllib3.exceptions.TimeoutError, TimeoutError)) or \
+                "timed out" in str(e).lower():
+            return ClusterError(
+                f"the API server at {self.server} did not answer within "
+                f"{self.request_timeout:g}s (set --request-timeout or $KDIST_REQUEST_TIMEOUT "
+                "for a slow server)")
+        reason = getattr(e, "reason", None) or e
+        return ClusterError(f"cluster unreachable at {self.server}: "
+                            f"{' '.join(str(reason).split())}")
+
+    # -- create ---------------------------------------------------------------------------
+
+    def create(self, objects: list[dict[str, Any]], *,
+               dry_run: bool = False) -> tuple[list[dict[str, Any]], list[str]]:
+        """Create every object in order, all or nothing; returns them and the API's warnings.
+
+        Objects after the first are owned by it (ownerReferences to its uid, known
+        once it exists), so deleting the job removes everything. If one fails,
+        the ones already created are deleted again.
+        """
+        created: list[dict[str, Any]] = []
+        warnings: list[str] = []
+        try:
+            for obj in objects:
+                if created and not dry_run:
+                    obj = _owned_by(obj, created[0])
+                made = self._create_one(obj, dry_run)
+                warnings += made.pop("__warnings__", [])
+                created.append(made)
+        except BaseException as e:
+            problems = [] if dry_run else self._rollback(created)
+            if problems and isinstance(e, KdistError):
+                raise ClusterError(f"{e}; undoing the submission failed too: "
+                                   f"{'; '.join(problems)}") from e
+            raise
+        return created, warnings
+
+    def _create_one(self, obj: dict[str, Any], dry_run: bool) -> dict[str, Any]:
+        kind, meta = kinds.of(obj), obj["metadata"]
+        ns = meta["namespace"]
+        query = {"fieldManager": FIELD_MANAGER, **({"dryRun": "All"} if dry_run else {})}
+        return self.request(Action("create", kind.plural, ns, meta["name"]), "POST",
+                            kind.collection(ns), query, obj)
+
+    def _rollback(self, created: list[dict[str, Any]]) -> list[str]:
+        """Delete what a failed submission created; returns what could not be deleted."""
+        problems = []
+        for obj in reversed(created):
+            meta = obj["metadata"]
+            try:
+                self.delete_object(kinds.of(obj), meta["name"], meta["namespace"])
+            except KdistError as e:
+                problems.append(str(e))
+        return problems
+
+    # -- read -----------------------------------------------------------------------------
+
+    def get(self, kind: kinds.Kind, name: str, namespace: str) -> dict[str, Any]:
+        obj = self.request(Action("get", kind.plural, namespace, name), "GET",
+                           kind.item(namespace, name))
+        return dict(obj, kind=obj.get("kind") or kind.kind)
+
+    def list_objects(self, kind: kinds.Kind, namespace: str | None,
+             **selectors: str) -> list[dict[str, Any]]:
+        query = {_SELECTOR_PARAMS[k]: v for k, v in selectors.items()}
+        answer = self.request(Action("list", kind.plural, namespace), "GET",
+                              kind.collection(namespace), query)
+        return [dict(i, kind=kind.kind) for i in answer.get("items") or []]
+
+    def has_pytorchjobs(self) -> bool:
+        """Whether the cluster serves kubeflow.org/v1 PyTorchJobs (asked once, by discovery)."""
+        with self._lock:
+            if self._has_pytorchjobs is None:
+                try:
+                    answer = self.request(Action("get", "apiresources"), "GET",
+                                          kinds.PYTORCHJOB.discovery())
+                    found = any(r.get("name") == kinds.KF_PLURAL
+                                for r in answer.get("resources") or [] if isinstance(r, dict))
+                except (JobNotFound, OperatorMissing):
+                    found = False  # 404: no such API group here
+                self._has_pytorchjobs = found
+            return self._has_pytorchjobs
+
+    def training_kinds(self) -> list[kinds.Kind]:
+        """The training kinds this cluster serves: Job, and PyTorchJob when installed."""
+        return [k for k in kinds.TRAINING if k is not kinds.PYTORCHJOB or self.has_pytorchjobs()]
+
+    def get_job(self, name: str, namespace: str) -> dict[str, Any]:
+        """The training object named `name`: a batch Job, else a PyTorchJob."""
+        for kind in self.training_kinds():
+            try:
+                return self.get(kind, name, namespace)
+            except JobNotFound:
+                continue
+        raise JobNotFound(f"no job {name} in namespace {namespace} (neither a Job nor a "
+                          "PyTorchJob)")
+
+    def list_jobs(self, namespace: str | None) -> list[dict[str, Any]]:
+        """Every kdist job (both backends) in `namespace`, or in all when None."""
+        from kdist.shared.labels import MANAGED_BY
+
+        items: list[dict[str, Any]] = []
+        for kind in self.training_kinds():
+            items += self.list_objects(kind, namespace, label_selector=f"{MANAGED_BY}=kdist")
+        return sorted(items, key=lambda j: (j["metadata"].get("namespace", ""),
+                                            j["metadata"]["name"]))
+
+    def list_pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+        return self.list_objects(kinds.POD, namespace, label_selector=selector)
+
+    def read_log(self, pod: str, namespace: str, tail: int | None = None) -> list[str]:
+        """The main container's log lines (non-following)."""
+        query: dict[str, Any] = {"container": "pytorch"}
+        if tail is not None:
+            query["tailLines"] = tail
+        action = Action("get", "pods/log", namespace, pod)
+        try:
+            resp = self.open("GET", kinds.POD.item(namespace, pod, "log"), query)
+            try:
+                return resp.read().decode("utf-8", "replace").splitlines()
+            finally:
+                resp.release_conn()
+        except HttpError as e:
+            raise api_error(e, action, self.server) from None
+        except _transport_errors() as e:
+            raise self._unreachable(e) from None
+
+    # -- delete ---------------------------------------------------------------------------
+
+    def delete(self, name: str, namespace: str, *, wait: bool = True,
+               timeout: float = 300) -> list[str]:
+        """Delete job `name` (foreground), its Service and pods; optionally wait until gone.
+
+        Returns what was deleted (`job.batch/x`, ...). Works on jobs created by
+        `kubectl apply` of the rendered manifests too (no ownerReference there).
+        """
+        deleted = []
+        for kind in (*self.training_kinds(), kinds.SERVICE):
+            if kind is kinds.SERVICE and not self._is_kdist_object(kind, name, namespace):
+                continue
+            try:
+                self.delete_object(kind, name, namespace)
+                deleted.append(f"{kind.ref}/{name}")
+            except (JobNotFound, OperatorMissing):
+                continue
+        if not deleted:
+            raise JobNotFound(f"no job {name} in namespace {namespace}")
+        if wait:
+            self.wait_gone(name, namespace, timeout)
+        return deleted
+
+    def _is_kdist_object(self, kind: kinds.Kind, name: str, namespace: str) -> bool:
+        from kdist.shared.labels import JOB_NAME
+
+        try:
+            obj = self.get(kind, name, namespace)
+        except JobNotFound:
+            return False
+        return (obj["metadata"].get("labels") or {}).get(JOB_NAME) == name
+
+    def delete_object(self, kind: kinds.Kind, name: str, namespace: str) -> None:
+        """Delete one named object, foreground (its dependents first)."""
+        self.request(Action("delete", kind.plural, namespace, name), "DELETE",
+                     kind.item(namespace, name), {"propagationPolicy": "Foreground"})
+
+    def wait_gone(self, name: str, namespace: str, timeout: float) -> None:
+        """Block until no object of job `name` is left, by watching (not polling)."""
+        from kdist.kube.reflector import wait_empty
+        from kdist.kube.sources import ApiSource
+        from kdist.shared.labels import selector_string
+
+        by_name, by_label = f"metadata.name={name}", selector_string(name)
+        sources = [ApiSource(self, kind, namespace, field_selector=by_name)
+                   for kind in self.training_kinds()]
+        sources += [ApiSource(self, kind, namespace, label_selector=by_label)
+                    for kind in (kinds.POD, kinds.SERVICE, kinds.ENDPOINTSLICE)]
+        for source in sources:
+            wait_empty(source, timeout)
+
+    def watch_lines(self, path: str, query: dict[str, Any], read_timeout: float,
+                    action: Action) -> Iterator[str]:
+        """The lines of a streamed answer (watch events, a followed log).
+
+        HttpError 410 and 404 pass through for the caller to read; transport
+        failures and retryable statuses become `Transient`.
+        """
+        try:
+            resp = self.open("GET", path, query, read_timeout=read_timeout)
+        except HttpError as e:
+            if e.status in (404, 410, 400) or e.status in RETRYABLE_STATUS:
+                raise
+            raise api_error(e, action, self.server) from None
+        except _transport_errors() as e:
+            raise Transient(f"{self.server}: {e}") from None
+        try:
+            buf = b""
+            for chunk in resp.stream(amt=None, decode_content=True):
+                buf += chunk
+                *lines, buf = buf.split(b"\n")
+                for line in lines:
+                    yield line.decode("utf-8", "replace")
+            if buf:
+                yield buf.decode("utf-8", "replace")
+        except _transport_errors() as e:
+            raise Transient(str(e)) from None
+        finally:
+            resp.release_conn()
+
+
+_SELECTOR_PARAMS = {"label_selector": "labelSelector", "field_selector": "fieldSelector"}
+
+
+def _owned_by(obj: dict[str, Any], owner: dict[str, Any]) -> dict[str, Any]:
+    """A copy of `obj` owned by `owner` (garbage-collected with it; foreground waits for it)."""
+    ref = {
+        "apiVersion": owner["apiVersion"], "kind": owner["kind"],
+        "name": owner["metadata"]["name"], "uid": owner["metadata"]["uid"],
+        "blockOwnerDeletion": True,
+    }
+    meta = dict(obj["metadata"], ownerReferences=[ref])
+    return dict(obj, metadata=meta)
+
+
+def _warning_text(value: str) -> str:
+    """An API server `Warning:` header (`299 - "text"`) as its text."""
+    code, _, rest = value.partition(" ")
+    _agent, _, text = rest.partition(" ")
+    return text.strip().strip('"') if code.isdigit() else value

@@ -1,0 +1,250 @@
+"""Reading Kubernetes API objects (plain dicts, as the API sends them): pure functions.
+
+What a job's pods, phase, ranks and log records are, for both backends; no
+I/O, no clock. The tracker, the watch and the CLI's tables read objects here.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from kdist.shared import labels as L
+
+SUCCEEDED, FAILED, DELETED = "Succeeded", "Failed", "Deleted"
+
+# Terminal conditions (status "True") per kind. FailureTarget/SuccessCriteriaMet come
+# first on recent Kubernetes (1.31+); Failed/Complete only once every pod has stopped.
+_TERMINAL = {
+    "Job": {"Complete": SUCCEEDED, "SuccessCriteriaMet": SUCCEEDED,
+            "Failed": FAILED, "FailureTarget": FAILED},
+    "PyTorchJob": {"Succeeded": SUCCEEDED, "Failed": FAILED},
+}
+IMAGE_PULL_REASONS = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"}
+CONFIG_ERROR_REASONS = {"CreateContainerConfigError", "CreateContainerError", "RunContainerError"}
+
+
+
+
+def pod_rank(pod: dict[str, Any]) -> int | None:
+    """A pod's node rank from its labels (never from its name).
+
+    Indexed Job: the completion index (label, or annotation on older clusters).
+    PyTorchJob: master is 0, worker i is i + 1.
+    """
+    meta = pod.get("metadata") or {}
+    labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
+    index = labels.get(L.COMPLETION_INDEX, annotations.get(L.COMPLETION_INDEX))
+    if index is not None:
+        return _rank_int(index)
+    replica_type = (labels.get(L.KF_REPLICA_TYPE) or "").lower()
+    replica_index = _rank_int(labels.get(L.KF_REPLICA_INDEX))
+    if replica_type == "master":
+        return 0
+    if replica_type == "worker" and replica_index is not None:
+        return replica_index + 1
+    return None
+
+
+def _rank_int(value: Any) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def pod_selector(job: dict[str, Any]) -> str:
+    """The label selector of `job`'s pods: kdist's label, else the controller's own."""
+    meta = job.get("metadata") or {}
+    name = meta.get("name", "")
+    if (meta.get("labels") or {}).get(L.JOB_NAME) == name:
+        return L.selector_string(name)
+    if job.get("kind") == "PyTorchJob":
+        return f"{L.KF_JOB_NAME}={name}"
+    return f"batch.kubernetes.io/job-name={name}"
+
+
+def job_kind_backend(obj: dict[str, Any]) -> tuple[str, str]:
+    kind = obj.get("kind", "")
+    return kind, "pytorchjob" if kind == "PyTorchJob" else "indexed-job"
+
+
+def job_pod_templates(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    spec = obj.get("spec") or {}
+    if obj.get("kind") == "PyTorchJob":
+        return [r.get("template") or {} for r in (spec.get("pytorchReplicaSpecs") or {}).values()]
+    return [spec.get("template") or {}]
+
+
+def job_nodes(obj: dict[str, Any]) -> int | None:
+    spec = obj.get("spec") or {}
+    if obj.get("kind") == "PyTorchJob":
+        reps = (spec.get("pytorchReplicaSpecs") or {}).values()
+        return sum(int(r.get("replicas") or 1) for r in reps) or None
+    return spec.get("completions")
+
+
+def max_steps_from_args(args: Iterable[str]) -> int | None:
+    """`--max-steps N` / `--max-steps=N` in a workload's arguments, if present."""
+    args = list(args)
+    for i, a in enumerate(args):
+        value = None
+        if a == "--max-steps" and i + 1 < len(args):
+            value = args[i + 1]
+        elif a.startswith("--max-steps="):
+            value = a.split("=", 1)[1]
+        if value is not None:
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
+
+
+def job_max_steps(obj: dict[str, Any]) -> int | None:
+    for template in job_pod_templates(obj):
+        for c in (template.get("spec") or {}).get("containers") or []:
+            steps = max_steps_from_args([*(c.get("command") or []), *(c.get("args") or [])])
+            if steps is not None:
+                return steps
+    return None
+
+
+def job_phase(obj: dict[str, Any]) -> str:
+    """A job's phase from its object alone (for `kdist list`)."""
+    done = terminal_condition(obj)
+    if done is not None:
+        return done[0]
+    status = obj.get("status") or {}
+    conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
+    if conditions.get("Suspended") == "True":
+        return "Suspended"
+    if obj.get("kind") == "PyTorchJob":
+        return "Running" if conditions.get("Running") == "True" else "Pending"
+    return "Running" if (status.get("ready") or 0) > 0 else "Pending"
+
+
+def terminal_condition(obj: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+    """(Succeeded|Failed, the condition) when the job object says it is over."""
+    table = _TERMINAL.get(obj.get("kind", ""), {})
+    conditions = (obj.get("status") or {}).get("conditions") or []
+    # Failure wins if both appear (a Job can carry FailureTarget then Failed).
+    for want in (FAILED, SUCCEEDED):
+        for c in conditions:
+            if c.get("status") == "True" and table.get(c.get("type")) == want:
+                return want, c
+    return None
+
+
+def parse_record(line: str) -> dict[str, Any] | None:
+    """A workload's JSON log line (`{"event": ...}`, DESIGN.md), else None.
+
+    A prefix before the JSON object (a launcher's `[default0]:`) is tolerated.
+    """
+    text = line.strip()
+    start = text.find('{"event"')
+    if start < 0:
+        return None
+    try:
+        record = json.loads(text[start:])
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) and isinstance(record.get("event"), str) else None
+
+
+def parse_time(stamp: str | None) -> float | None:
+    """An RFC 3339 API timestamp as epoch seconds."""
+    if not stamp:
+        return None
+    try:
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+@dataclass
+class PodView:
+    uid: str
+    name: str
+    rank: int | None
+    created: str
+    phase: str
+    reason: str
+    node: str
+    restarts: int
+    earlier_pods: int  # the rank's pods before this one, as the Job controller counts them
+    exit_code: int | None
+    finished_at: str | None
+    said: str
+    running: bool
+    started: bool  # the main container has run (logs can be read)
+
+
+def _int(value: Any) -> int:
+    try:
+        return max(0, int(value))
+    except (TypeError, ValueError):
+        return 0
+
+
+def last_words(message: str, limit: int = 300) -> str:
+    """The line of a termination message that says why: kdist's own, else the last one.
+
+    With ``FallbackToLogsOnError`` the message is the log's tail; the launcher
+    ends it with one ``kdist.launch: ...`` line naming the failed worker.
+    """
+    lines = [" ".join(line.split()) for line in message.splitlines() if line.strip()]
+    ours = [line for line in lines if line.startswith(("kdist.launch:", "kdist:"))]
+    pick = (ours or lines or [""])[-1]
+    return pick if len(pick) <= limit else pick[: limit - 3] + "..."
+
+
+def main_container(statuses: list[dict[str, Any]]) -> dict[str, Any] | None:
+    for cs in statuses:
+        if cs.get("name") == "pytorch":
+            return cs
+    return statuses[0] if statuses else None
+
+
+def pod_view(pod: dict[str, Any]) -> PodView:
+    meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+    annotations = meta.get("annotations") or {}
+    phase = status.get("phase") or "Pending"
+    reason = status.get("reason") or ""
+    cs = main_container(status.get("containerStatuses") or [])
+    state = (cs or {}).get("state") or {}
+    exit_code = finished = None
+    said = ""
+    if "waiting" in state:
+        reason = state["waiting"].get("reason") or reason
+    elif "terminated" in state:
+        term = state["terminated"]
+        reason = term.get("reason") or reason
+        exit_code, finished = term.get("exitCode"), term.get("finishedAt")
+        said = last_words(term.get("message") or "")
+    if cs is None:
+        for ics in status.get("initContainerStatuses") or []:
+            waiting = (ics.get("state") or {}).get("waiting")
+            if waiting and waiting.get("reason") != "PodInitializing":
+                reason = waiting.get("reason") or reason
+            elif "running" in (ics.get("state") or {}):
+                reason = "Init"
+        for c in status.get("conditions") or []:
+            if c.get("type") == "PodScheduled" and c.get("status") == "False":
+                reason = c.get("reason") or reason
+    if meta.get("deletionTimestamp") and phase not in (SUCCEEDED, FAILED):
+        phase = "Terminating"
+    return PodView(
+        uid=meta.get("uid") or meta.get("name", ""), name=meta.get("name", ""),
+        rank=pod_rank(pod), created=meta.get("creationTimestamp") or "", phase=phase,
+        reason=reason, node=(pod.get("spec") or {}).get("nodeName") or "",
+        restarts=int((cs or {}).get("restartCount") or 0),
+        earlier_pods=sum(_int(annotations.get(k)) for k in L.INDEX_FAILURES), exit_code=exit_code,
+        finished_at=finished, said=said, running="running" in state,
+        started="running" in state or "terminated" in state,
+    )
+
+

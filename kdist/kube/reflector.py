@@ -1,0 +1,341 @@
+"""The watch I/O: list-then-watch loops, log followers, and a session that joins them.
+
+One watch on the job and one on its pods, each resumed from the last
+resourceVersion on disconnect (BOOKMARKs included), relisted on 410 Gone,
+reconnected with bounded exponential backoff; and one log follower per pod
+container. Everything lands on one queue that the caller's thread consumes,
+so nothing here sleep-polls.
+
+The Python client's own `Watch` is not used: it retries a 410 only once and
+can block forever on a dead connection (docs/DESIGN.md, "Facts that bite").
+"""
+
+from __future__ import annotations
+
+import math
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from kdist.kube.errors import Gone, Transient
+from kdist.kube.objects import parse_time
+from kdist.kube.tracker import Tracker
+from kdist.shared.errors import ClusterError
+
+# A watch or log stream that ends this fast with nothing in it counts as a failure
+# (backoff), so a server or proxy that keeps closing at once is not hammered.
+QUICK_END = 1.0
+
+
+class Source(Protocol):
+    """One kind of object under one selector: list it, watch it from a resourceVersion."""
+
+    what: str
+
+    def list(self) -> tuple[list[dict[str, Any]], str]: ...
+
+    def watch(self, resource_version: str) -> Iterator[dict[str, Any]]: ...
+
+
+@dataclass
+class Backoff:
+    """Bounded exponential backoff: `attempts` tries, then give up."""
+
+    attempts: int = 8
+    first: float = 0.5
+    cap: float = 15.0
+
+    def delay(self, failure: int) -> float:
+        return min(self.cap, self.first * 2 ** (failure - 1))
+
+
+class Reflector:
+    """List, then watch from the list's resourceVersion, forever, robustly.
+
+    Emits ("relist", items) after every list and (type, object) for each
+    event; BOOKMARKs only advance the resourceVersion. A 410 relists; a
+    transient failure reconnects from the last resourceVersion after a
+    backoff, and `backoff.attempts` failures in a row end it with a
+    ClusterError. Progress (any event) resets the failure count.
+    """
+
+    def __init__(self, source: Source, emit: Callable[[str, Any], None],
+                 stop: threading.Event, backoff: Backoff | None = None) -> None:
+        self.source, self.emit, self.stop = source, emit, stop
+        self.backoff = backoff or Backoff()
+        self.resource_version: str | None = None
+        self.relists = 0
+
+    def run(self) -> None:
+        failures = 0
+        while not self.stop.is_set():
+            try:
+                if self.resource_version is None:
+                    items, self.resource_version = self.source.list()
+                    self.relists += 1
+                    self.emit("relist", items)
+                    if self.stop.is_set():
+                        return
+                started, events = time.monotonic(), 0
+                for event in self.source.watch(self.resource_version):
+                    failures, events = 0, events + 1
+                    self._event(event)
+                    if self.stop.is_set():
+                        return
+                if not events and time.monotonic() - started < QUICK_END:
+                    raise Transient("the watch ended at once, without an event")
+            except Gone:
+                self.resource_version = None
+            except Transient as e:
+                failures += 1
+                if failures >= self.backoff.attempts:
+                    raise ClusterError(
+                        f"lost the watch on {self.source.what} after {failures} attempts: {e}"
+                    ) from None
+                self.stop.wait(self.backoff.delay(failures))
+
+    def _event(self, event: dict[str, Any]) -> None:
+        kind, obj = event.get("type"), event.get("object") or {}
+        if kind == "ERROR":
+            if obj.get("code") == 410:
+                raise Gone()
+            if obj.get("code") in (429, 500, 503, 504):
+                raise Transient(obj.get("message", ""))
+            raise ClusterError(f"watch on {self.source.what}: {obj.get('message', obj)}")
+        rv = (obj.get("metadata") or {}).get("resourceVersion")
+        if rv:
+            self.resource_version = rv
+        if kind != "BOOKMARK":
+            self.emit(kind, obj)
+
+
+def wait_empty(source: Source, timeout: float) -> None:
+    """Block until `source` lists nothing (watching deletions); ClusterError after `timeout`."""
+    left: dict[str, str] = {}
+    stop = threading.Event()
+
+    def emit(kind: str, obj: Any) -> None:
+        if kind == "relist":
+            left.clear()
+            left.update({_uid(o): _ref(o) for o in obj})
+        elif kind == "DELETED":
+            left.pop(_uid(obj), None)
+        else:
+            left[_uid(obj)] = _ref(obj)
+        if not left:
+            stop.set()
+
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            Reflector(source, emit, stop).run()
+        except BaseException as e:  # handed to the waiting thread
+            errors.append(e)
+            stop.set()
+
+    threading.Thread(target=run, name="kdist-wait-gone", daemon=True).start()
+    finished = stop.wait(timeout)
+    stop.set()
+    if errors:
+        raise errors[0]
+    if not finished:
+        raise ClusterError(f"timed out after {timeout:.0f}s waiting for {source.what} to be "
+                           f"deleted; still there: {', '.join(sorted(left.values()))}")
+
+
+def _uid(obj: dict[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    return meta.get("uid") or meta.get("name", "")
+
+
+def _ref(obj: dict[str, Any]) -> str:
+    return f"{obj.get('kind') or 'object'}/{(obj.get('metadata') or {}).get('name', '?')}"
+
+
+class LogSource(Protocol):
+    """Reads one pod's log (the main container), as the cluster client does."""
+
+    def stream_log(self, pod: str, *, follow: bool, tail: int | None,
+                   since_seconds: int | None) -> Iterator[str]: ...
+
+    def container_instance(self, pod: str) -> tuple[bool, int] | None:
+        """(running, restartCount) of the main container; None when the pod is gone."""
+
+
+def _stamp_key(stamp: str) -> tuple[str, str]:
+    """RFC3339Nano trims trailing zeros: compare seconds, then the zero-padded fraction."""
+    head, _, frac = stamp.rstrip("Z").partition(".")
+    return head, frac.ljust(9, "0")
+
+
+def follow_log(logs: LogSource, pod: str, emit: Callable[[str, Any], None],
+               stop: threading.Event, *, instance: int = 0, tail: int | None = None,
+               backoff: Backoff | None = None) -> None:
+    """Emit ("log", (pod, line)) for each line of `pod`'s container until it stops.
+
+    `instance` is the container's restartCount when following began; once it
+    stops (or restarts: a new follower takes the new instance) this returns.
+    Lines arrive with timestamps so a reconnect (a cut stream while the same
+    container still runs) resumes after the last line seen, not from the start.
+    """
+    backoff = backoff or Backoff(attempts=5)
+    last: tuple[str, str] | None = None  # the newest timestamp emitted...
+    at_last: set[str] = set()  # ...and the lines emitted with it
+    since: int | None = None
+    failures = 0
+    while not stop.is_set():
+        resume = (last, set(at_last)) if last is not None else None
+        started, lines = time.monotonic(), 0
+        try:
+            for raw in logs.stream_log(pod, follow=True, tail=tail if last is None else None,
+                                       since_seconds=since):
+                stamp, _, text = raw.partition(" ")
+                key = _stamp_key(stamp)
+                if resume is not None:  # skip the overlap a reconnect re-sends
+                    if key < resume[0] or (key == resume[0] and text in resume[1]):
+                        continue
+                    resume = None
+                if key != last:
+                    last, at_last = key, set()
+                at_last.add(text)
+                failures, lines = 0, lines + 1
+                emit("log", (pod, text))
+                if stop.is_set():
+                    return
+        except Transient:
+            failures += 1
+            if failures >= backoff.attempts:
+                emit("warning", f"stopped following the log of pod {pod}: connection lost")
+                return
+            stop.wait(backoff.delay(failures))
+            continue
+        except Gone:  # the pod was deleted
+            return
+        if logs.container_instance(pod) != (True, instance):
+            return  # that container has stopped (or restarted): its log is complete
+        if not lines and time.monotonic() - started < QUICK_END:
+            failures += 1
+            if failures >= backoff.attempts:
+                emit("warning", f"stopped following the log of pod {pod}: the stream keeps "
+                                "ending at once")
+                return
+            stop.wait(backoff.delay(failures))
+        if last is not None:  # cut while still running: ask again from just before the cut
+            last_s = parse_time(f"{last[0]}Z") or time.time()
+            since = max(1, math.ceil(time.time() - last_s) + 5)
+
+
+@dataclass
+class Sources:
+    """What `follow` needs from the cluster: the two watched sources and the logs."""
+
+    job: Source
+    pods: Source
+    logs: LogSource | None
+
+
+class Session:
+    """Runs the watches and log followers in threads; the caller consumes `events()`.
+
+    Each item is (kind, payload): ("warning", text), ("log", (rank, line)),
+    ("update", None), ("terminal", None), ("error", exception). The tracker is
+    only touched from the consuming thread.
+    """
+
+    def __init__(self, tracker: Tracker, sources: Sources, *, logs: bool = True,
+                 tail: int | None = None, ranks: set[int] | None = None) -> None:
+        self.tracker, self.sources = tracker, sources
+        self.follow_logs, self.tail, self.ranks = logs and sources.logs is not None, tail, ranks
+        self.stop = threading.Event()
+        self._q: queue.Queue[tuple[str, str, Any]] = queue.Queue()
+        self._followed: set[tuple[str, int]] = set()
+        self._log_threads: dict[tuple[str, int], threading.Thread] = {}
+
+    def _thread(self, name: str, target: Callable[[], None]) -> threading.Thread:
+        def run() -> None:
+            try:
+                target()
+            except Exception as e:  # handed to the consuming thread, raised there
+                self._q.put((name, "error", e))
+        t = threading.Thread(target=run, name=f"kdist-{name}", daemon=True)
+        t.start()
+        return t
+
+    def start(self) -> None:
+        for name, source in (("job", self.sources.job), ("pods", self.sources.pods)):
+            def emit(kind: str, obj: Any, name: str = name) -> None:
+                self._q.put((name, kind, obj))
+            self._thread(name, Reflector(source, emit, self.stop).run)
+
+    def close(self) -> None:
+        self.stop.set()
+
+    def events(self, tick: float = 1.0, drain: float = 10.0) -> Iterator[tuple[str, Any]]:
+        """Everything that happens, until the job is over and its logs are drained.
+
+        Yields ("tick", None) every `tick` seconds without events (for the clock).
+        """
+        drain_until: float | None = None
+        while True:
+            if drain_until is not None and (
+                    not self._log_threads or time.monotonic() >= drain_until):
+                return
+            try:
+                source, kind, payload = self._q.get(timeout=tick)
+            except queue.Empty:
+                yield "tick", None
+                continue
+            yield from self._apply(source, kind, payload)
+            if self.tracker.state.outcome and drain_until is None:
+                # The job watch can beat the pod watch: take the pods' final word now.
+                try:
+                    items, _ = self.sources.pods.list()
+                    yield from self._apply("pods", "relist", items)
+                except Transient:
+                    pass
+                drain_until = time.monotonic() + drain
+                yield "terminal", None
+
+    def _apply(self, source: str, kind: str, payload: Any) -> Iterator[tuple[str, Any]]:
+        t = self.tracker
+        if kind == "error":
+            raise payload
+        if kind == "log-end":
+            self._log_threads.pop(payload, None)
+            return
+        warnings = [payload] if kind == "warning" else t.feed(source, kind, payload)
+        if source == "pods":
+            self._start_log_followers()
+        if kind == "log":
+            rank = t.rank_of_pod(payload[0])
+            if self.ranks is None or rank in self.ranks:
+                yield "log", (rank, payload[1])
+        for w in warnings:
+            yield "warning", w
+        yield "update", None
+
+    def _start_log_followers(self) -> None:
+        if not self.follow_logs:
+            return
+        for view in self.tracker.pods_to_follow():
+            key = (view.uid, view.restarts)
+            if key in self._followed or (self.ranks is not None and view.rank not in self.ranks):
+                continue
+            self._followed.add(key)
+            first = all(k[0] != view.uid for k in self._followed - {key})
+            tail = self.tail if first else None
+
+            def run(pod: str = view.name, key: tuple[str, int] = key,
+                    tail: int | None = tail) -> None:
+                def emit(kind: str, payload: Any) -> None:
+                    self._q.put(("logs", kind, payload))
+                try:
+                    follow_log(self.sources.logs, pod, emit, self.stop, instance=key[1],
+                               tail=tail)
+                finally:
+                    self._q.put(("logs", "log-end", key))
+            self._log_threads[key] = self._thread(f"log-{view.name}", run)

@@ -1,0 +1,112 @@
+"""The cluster as the watch loop (`kdist.kube.reflector`) reads it: list/watch and logs."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+from kdist.kube import kinds
+from kdist.kube.client import LOG_READ_TIMEOUT, WATCH_SECONDS, Cluster
+from kdist.kube.errors import Action, Gone, HttpError, Transient, api_error
+from kdist.kube.objects import pod_selector
+from kdist.kube.reflector import Sources
+from kdist.shared.errors import JobNotFound
+
+_SELECTORS = {"label_selector": "labelSelector", "field_selector": "fieldSelector"}
+
+
+class ApiSource:
+    """A list/watch pair of one kind under one selector (a `reflector.Source`)."""
+
+    def __init__(self, cluster: Cluster, kind: kinds.Kind, namespace: str | None,
+                 **selectors: str) -> None:
+        self.cluster, self.kind, self.namespace = cluster, kind, namespace
+        self.query = {_SELECTORS[k]: v for k, v in selectors.items()}
+        self.path = kind.collection(namespace)
+        what = selectors.get("field_selector", "").removeprefix("metadata.name=")
+        self.what = f"{kind.kind.lower()} {what}".strip() if what else \
+            f"{kind.plural} ({', '.join(self.query.values())})"
+        self.action = Action("watch", kind.plural, namespace)
+
+    def list(self) -> tuple[list[dict[str, Any]], str]:
+        body = self.cluster.request(Action("list", self.kind.plural, self.namespace), "GET",
+                                    self.path, self.query, transient=True)
+        items = [dict(i, kind=self.kind.kind) for i in body.get("items") or []]
+        return items, (body.get("metadata") or {}).get("resourceVersion", "")
+
+    def watch(self, resource_version: str) -> Iterator[dict[str, Any]]:
+        """Events from `resource_version` on, for at most WATCH_SECONDS (then it ends)."""
+        query = dict(self.query, watch="true", resourceVersion=resource_version,
+                     allowWatchBookmarks="true", timeoutSeconds=str(WATCH_SECONDS))
+        try:
+            for line in self.cluster.watch_lines(self.path, query, WATCH_SECONDS + 30,
+                                                  self.action):
+                if not line.strip():
+                    continue
+                try:
+                    event = json.loads(line)
+                except ValueError as e:  # a cut mid-event
+                    raise Transient(f"malformed watch event: {e}") from None
+                obj = event.get("object")
+                if isinstance(obj, dict) and "kind" not in obj:
+                    obj["kind"] = self.kind.kind
+                yield event
+        except HttpError as e:
+            if e.status == 410:
+                raise Gone() from None
+            if e.status in (404, 400):
+                raise api_error(e, self.action, self.cluster.server) from None
+            raise Transient(f"{e.status} {e.reason}") from None
+
+
+class PodLogs:
+    """Log reading for `reflector.follow_log`, in one namespace."""
+
+    def __init__(self, cluster: Cluster, namespace: str) -> None:
+        self.cluster, self.namespace = cluster, namespace
+
+    def stream_log(self, pod: str, *, follow: bool, tail: int | None,
+                   since_seconds: int | None) -> Iterator[str]:
+        """Timestamped lines (`<RFC3339> <text>`); ends quietly on a read timeout."""
+        import urllib3
+
+        query: dict[str, Any] = {"follow": str(follow).lower(), "timestamps": "true",
+                                 "container": "pytorch"}
+        if tail is not None:
+            query["tailLines"] = tail
+        if since_seconds is not None:
+            query["sinceSeconds"] = since_seconds
+        action = Action("get", "pods/log", self.namespace, pod)
+        try:
+            yield from self.cluster.watch_lines(kinds.POD.item(self.namespace, pod, "log"),
+                                                query, LOG_READ_TIMEOUT, action)
+        except HttpError as e:
+            if e.status == 404:
+                raise Gone() from None
+            raise Transient(f"{e.status} {e.reason}") from None  # 400: not started (yet/again)
+        except Transient as e:
+            if isinstance(e.__context__, urllib3.exceptions.ReadTimeoutError) or \
+                    "timed out" in str(e).lower():
+                return  # quiet for LOG_READ_TIMEOUT: the caller checks and reconnects
+            raise
+
+    def container_instance(self, pod: str) -> tuple[bool, int] | None:
+        try:
+            obj = self.cluster.get(kinds.POD, pod, self.namespace)
+        except JobNotFound:
+            return None
+        for cs in (obj.get("status") or {}).get("containerStatuses") or []:
+            if cs.get("name") == "pytorch":
+                return "running" in (cs.get("state") or {}), int(cs.get("restartCount") or 0)
+        return None
+
+
+def job_sources(cluster: Cluster, job: dict[str, Any]) -> Sources:
+    """The job watch, the pod watch and the log reader that `reflector.Session` needs."""
+    meta = job["metadata"]
+    name, ns = meta["name"], meta["namespace"]
+    return Sources(
+        job=ApiSource(cluster, kinds.of(job), ns, field_selector=f"metadata.name={name}"),
+        pods=ApiSource(cluster, kinds.POD, ns, label_selector=pod_selector(job)),
+        logs=PodLogs(cluster, ns))

@@ -1,0 +1,357 @@
+"""`Tracker`: a pure state machine that follows one training job.
+
+Fed job events, pod events and log lines (plain dicts, as the API sends
+them), it keeps a `JobState` (per rank: pod, phase, restarts, last step and
+loss) and returns each warning the user must see exactly once. No I/O, no
+clock of its own beyond what it is given.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from kdist.kube.objects import (
+    CONFIG_ERROR_REASONS,
+    DELETED,
+    FAILED,
+    IMAGE_PULL_REASONS,
+    SUCCEEDED,
+    PodView,
+    job_kind_backend,
+    job_max_steps,
+    job_nodes,
+    parse_record,
+    pod_view,
+    terminal_condition,
+)
+from kdist.shared import exitcodes
+
+MAX_HISTORY = 500
+
+
+@dataclass
+class RankState:
+    """What is known about one node rank (one pod at a time; replacements counted)."""
+
+    rank: int
+    pod: str = ""
+    phase: str = "Pending"
+    reason: str = ""
+    restarts: int = 0
+    node: str = ""
+    step: int | None = None
+    loss: float | None = None
+    losses: list[float] = field(default_factory=list)
+    world_size: int | None = None
+    done: bool = False
+    exit_code: int | None = None
+    finished_at: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A pod of the job that exited non-zero (kept after the pod is replaced or deleted)."""
+
+    rank: int
+    pod: str
+    exit_code: int
+    reason: str
+    finished_at: str
+    said: str = ""  # the last line the pod's main container wrote (its termination message)
+
+
+@dataclass
+class JobState:
+    """One job as far as the events seen so far tell."""
+
+    name: str
+    namespace: str = ""
+    kind: str = ""
+    backend: str = ""
+    nodes: int | None = None
+    max_steps: int | None = None
+    created: str | None = None
+    finished: str | None = None
+    outcome: str | None = None  # Succeeded | Failed | Deleted once terminal
+    reason: str = ""
+    message: str = ""
+    ranks: dict[int, RankState] = field(default_factory=dict)
+    failures: list[Failure] = field(default_factory=list)
+
+    @property
+    def phase(self) -> str:
+        if self.outcome:
+            return self.outcome
+        if any(r.phase not in ("Pending", "Deleted") for r in self.ranks.values()):
+            return "Running"
+        return "Pending"
+
+    def rank(self, r: int) -> RankState:
+        if r not in self.ranks:
+            self.ranks[r] = RankState(r)
+        return self.ranks[r]
+
+    def rank_phase(self, r: RankState) -> str:
+        """A rank's phase for display: "Gone" once the job is over and its pod deleted."""
+        return "Gone" if self.outcome and not r.pod else r.phase
+
+    def first_failure(self) -> Failure | None:
+        """The pod whose failure explains the job's: the most telling, then the earliest.
+
+        A code error before a kill before a lost peer (``exitcodes.severity``).
+        """
+        return min(self.failures, default=None,
+                   key=lambda f: (exitcodes.severity(f.exit_code), f.finished_at, f.rank))
+
+    def failure_line(self) -> str:
+        """One line naming why the job failed: the rank and its exit code when known."""
+        bad = self.first_failure()
+        what = f"job {self.name} failed"
+        if self.outcome == DELETED:
+            return f"job {self.name} was deleted before it finished"
+        if bad is not None:
+            why = f" ({bad.reason})" if bad.reason and bad.reason != "Error" else ""
+            what += f": rank {bad.rank} (pod {bad.pod}) exited with code {bad.exit_code}{why}"
+            if bad.said:
+                what += f": {bad.said}"
+        if self.reason:
+            what += f" [{self.reason}: {self.message}]" if self.message else f" [{self.reason}]"
+        return what
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "namespace": self.namespace, "kind": self.kind,
+            "backend": self.backend, "nodes": self.nodes, "maxSteps": self.max_steps,
+            "phase": self.phase, "created": self.created, "finished": self.finished,
+            "reason": self.reason, "message": self.message,
+            "ranks": [dict(self.ranks[r].to_dict(), phase=self.rank_phase(self.ranks[r]))
+                      for r in sorted(self.ranks)],
+            "failures": [f.__dict__ for f in sorted(self.failures, key=lambda f: f.finished_at)],
+        }
+
+
+class Tracker:
+    """Feeds on job/pod events and log lines; keeps a JobState; yields warnings once each."""
+
+    def __init__(self, name: str, namespace: str = "") -> None:
+        self.state = JobState(name=name, namespace=namespace)
+        self.seen_job = False
+        self._pods: dict[str, PodView] = {}  # uid -> latest view
+        self._by_name: dict[str, str] = {}  # pod name -> uid
+        self._rank_pods: dict[int, set[str]] = {}  # rank -> every pod uid seen for it
+        self._warned: set[tuple[Any, ...]] = set()
+        self._failed: set[str] = set()  # pod uids already in state.failures
+
+    def feed(self, source: str, kind: str, payload: Any) -> list[str]:
+        """One item as the I/O loop queues it; returns the new warnings.
+
+        ("job"|"pods", "relist", [objects]), ("job"|"pods", ADDED|MODIFIED|DELETED,
+        object), ("logs", "log", (pod name, line)).
+        """
+        if source == "job":
+            return self.job_relist(payload) if kind == "relist" else self.job_event(kind, payload)
+        if source == "pods":
+            return self.pod_relist(payload) if kind == "relist" else self.pod_event(kind, payload)
+        if source == "logs" and kind == "log":
+            self.log_line(*payload)
+        return []
+
+    # -- job ------------------------------------------------------------------------------
+
+    def job_event(self, kind: str, obj: dict[str, Any]) -> list[str]:
+        """A watch event on the job object (ADDED, MODIFIED, DELETED)."""
+        s = self.state
+        if kind == "DELETED":
+            if s.outcome is None:
+                s.outcome, s.reason = DELETED, "Deleted"
+            return []
+        self.seen_job = True
+        meta = obj.get("metadata") or {}
+        s.namespace = meta.get("namespace") or s.namespace
+        s.kind, s.backend = job_kind_backend(obj)
+        s.nodes = job_nodes(obj) or s.nodes
+        s.max_steps = job_max_steps(obj)
+        s.created = meta.get("creationTimestamp") or s.created
+        for r in range(s.nodes or 0):
+            s.rank(r)
+        done = terminal_condition(obj)
+        if done is not None and s.outcome is None:
+            s.outcome, cond = done
+            s.reason = cond.get("reason") or cond.get("type", "")
+            s.message = cond.get("message", "")
+            s.finished = cond.get("lastTransitionTime") or (obj.get("status") or {}).get(
+                "completionTime")
+        return []
+
+    def job_relist(self, items: list[dict[str, Any]]) -> list[str]:
+        """The job as a fresh list shows it (empty: it is gone)."""
+        if not items:
+            return self.job_event("DELETED", {}) if self.seen_job else []
+        return self.job_event("MODIFIED", items[0])
+
+    # -- pods -----------------------------------------------------------------------------
+
+    def pod_event(self, kind: str, pod: dict[str, Any]) -> list[str]:
+        """A watch event on one of the job's pods."""
+        view = pod_view(pod)
+        if view.rank is None:
+            return []
+        old = self._pods.get(view.uid)
+        if kind == "DELETED":
+            self._forget(view)
+            return []
+        self._pods[view.uid] = view
+        self._by_name[view.name] = view.uid
+        self._rank_pods.setdefault(view.rank, set()).add(view.uid)
+        if view.exit_code not in (None, 0) and view.uid not in self._failed:
+            self._failed.add(view.uid)
+            self.state.failures.append(Failure(view.rank, view.name, view.exit_code,
+                                               view.reason, view.finished_at or "", view.said))
+        self._refresh_rank(view.rank)
+        return self._pod_warnings(pod, view, old)
+
+    def pod_relist(self, items: list[dict[str, Any]]) -> list[str]:
+        """Every pod as a fresh list shows them: the ones missing were deleted meanwhile."""
+        listed = {(p.get("metadata") or {}).get("uid") for p in items}
+        warnings: list[str] = []
+        for uid, view in list(self._pods.items()):
+            if uid not in listed:
+                self._forget(view)
+        for pod in items:
+            warnings += self.pod_event("MODIFIED", pod)
+        return warnings
+
+    def _forget(self, view: PodView) -> None:
+        self._pods.pop(view.uid, None)
+        self._by_name.pop(view.name, None)
+        self._refresh_rank(view.rank, gone=view)
+
+    def pod_started(self, pod_name: str) -> bool:
+        """Whether the pod's main container has run (so it has a log)."""
+        uid = self._by_name.get(pod_name)
+        return uid in self._pods and self._pods[uid].started
+
+    def pods_to_follow(self) -> list[PodView]:
+        """Pods whose main container has run, so their logs can be read."""
+        return [v for v in self._pods.values() if v.started]
+
+    def _refresh_rank(self, rank: int, gone: PodView | None = None) -> None:
+        r = self.state.rank(rank)
+        live = [self._pods[u] for u in self._rank_pods.get(rank, ()) if u in self._pods]
+        if not live:
+            if gone is not None and r.pod == gone.name and r.phase not in (SUCCEEDED, FAILED):
+                r.phase, r.reason = "Deleted", ""
+            return
+        v = max(live, key=lambda p: (p.created, p.name))
+        r.pod, r.phase, r.reason, r.node = v.name, v.phase, v.reason, v.node
+        r.exit_code, r.finished_at = v.exit_code, v.finished_at
+        # Pods seen come and go (a deleted one vanishes); the Job controller's count stays.
+        r.restarts = max(len(self._rank_pods[rank]) - 1, v.earlier_pods) + v.restarts
+
+    def _warn(self, key: tuple[Any, ...], text: str) -> list[str]:
+        if key in self._warned:
+            return []
+        self._warned.add(key)
+        return [text]
+
+    def _pod_warnings(self, pod: dict[str, Any], v: PodView, old: PodView | None) -> list[str]:
+        status = pod.get("status") or {}
+        who = f"rank {v.rank} (pod {v.name})"
+        out: list[str] = []
+        conditions = {c.get("type"): c for c in status.get("conditions") or []
+                      if c.get("status") in ("True", "False")}
+        sched = conditions.get("PodScheduled") or {}
+        if sched.get("status") == "False" and sched.get("reason") == "Unschedulable":
+            msg = sched.get("message", "")
+            out += self._warn(("sched", msg), f"FailedScheduling: {who}: {msg}")
+        # The kubelet's eviction (status.reason) and the API's DisruptionTarget condition
+        # tell the same story: one warning, the kubelet's words preferred.
+        disrupted = (conditions.get("DisruptionTarget") or {}).get("status") == "True"
+        evicted = status.get("reason") == "Evicted"
+        if evicted:
+            out += self._warn(("evicted", v.uid), f"{who} was evicted: {status.get('message', '')}")
+        elif disrupted:
+            c = conditions["DisruptionTarget"]
+            out += self._warn(("evicted", v.uid),
+                              f"{who} disrupted: {c.get('reason')}: {c.get('message', '')}")
+        statuses = (status.get("initContainerStatuses") or []) + (
+            status.get("containerStatuses") or [])
+        for cs in statuses:
+            out += self._container_warnings(cs, v, who, evicted or disrupted)
+        return out
+
+    def _container_warnings(self, cs: dict[str, Any], v: PodView, who: str,
+                            evicted: bool) -> list[str]:
+        """Image pulls, config errors, CrashLoopBackOff, OOMKilled, restarts, exit codes.
+
+        An evicted/disrupted pod's exit code is the eviction's, already reported.
+        """
+        name, image = cs.get("name", ""), cs.get("image", "")
+        state, last = cs.get("state") or {}, cs.get("lastState") or {}
+        waiting, term = state.get("waiting") or {}, state.get("terminated") or {}
+        last_term = last.get("terminated") or {}
+        restarts = int(cs.get("restartCount") or 0)
+        out: list[str] = []
+        reason = waiting.get("reason")
+        if reason in IMAGE_PULL_REASONS:
+            out += self._warn(("image", image), f"{who}: cannot pull image {image!r}: {reason}: "
+                                                f"{waiting.get('message', '')}".rstrip(": "))
+        elif reason in CONFIG_ERROR_REASONS:
+            out += self._warn(("config", v.uid, name),
+                              f"{who}: {reason}: {waiting.get('message', '')}")
+        elif reason == "CrashLoopBackOff":
+            code = last_term.get("exitCode")
+            out += self._warn(("crashloop", v.uid, name),
+                              f"{who}: container {name} is in CrashLoopBackOff (last exit code "
+                              f"{code})")
+        for t in (term, last_term):  # once per container: later ones show as restarts
+            if t.get("reason") == "OOMKilled":
+                out += self._warn(("oom", v.uid, name),
+                                  f"{who}: container {name} was OOMKilled (exit code "
+                                  f"{t.get('exitCode')}): raise spec.resources.memory")
+        if restarts and last_term:
+            out += self._warn(("restart", v.uid, name, restarts),
+                              f"{who}: container {name} restarted ({restarts}x), last exit code "
+                              f"{last_term.get('exitCode')} ({last_term.get('reason', '')})")
+        if (term and term.get("exitCode") not in (0, None) and term.get("reason") != "OOMKilled"
+                and not evicted):
+            code = term.get("exitCode")
+            hint = f": {exitcodes.describe(code)}" if isinstance(code, int) else ""
+            out += self._warn(("exit", v.uid, name, restarts),
+                              f"{who}: container {name} exited with code {code} "
+                              f"({term.get('reason', 'Error')}){hint}")
+        return out
+
+    # -- logs -----------------------------------------------------------------------------
+
+    def rank_of_pod(self, pod_name: str) -> int | None:
+        uid = self._by_name.get(pod_name)
+        return self._pods[uid].rank if uid in self._pods else None
+
+    def log_line(self, pod_name: str, line: str) -> None:
+        """One line of a pod's log: JSON step/done records update that rank."""
+        rank = self.rank_of_pod(pod_name)
+        record = parse_record(line)
+        if rank is None or record is None:
+            return
+        r = self.state.rank(rank)
+        if record["event"] == "step":
+            step, loss = record.get("step"), record.get("loss")
+            if isinstance(step, int):
+                r.step = step if r.step is None else max(r.step, step)
+            if isinstance(loss, (int, float)) and math.isfinite(loss):
+                r.loss = float(loss)
+                r.losses = (r.losses + [float(loss)])[-MAX_HISTORY:]
+        elif record["event"] == "resume" and isinstance(record.get("step"), int):
+            r.step = record["step"]  # a restarted rank goes on from its checkpoint
+        elif record["event"] == "done":
+            r.done = True
+            if isinstance(record.get("step"), int):
+                r.step = record["step"]
+        if isinstance(record.get("world_size"), int):
+            r.world_size = record["world_size"]

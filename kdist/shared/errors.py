@@ -1,0 +1,69 @@
+"""Every error kdist raises on purpose, and the exit code each one means.
+
+The CLI maps them to messages and exit codes in one place (``kdist.cli.main``);
+the Python API raises them as they are. Exit codes (docs/DESIGN.md, "Exit
+codes"): 1 the job failed, 2 bad input, 3 cluster or API error.
+"""
+
+from __future__ import annotations
+
+
+class KdistError(Exception):
+    """Base of kdist's expected errors: printed as one line, never a traceback."""
+
+    exit_code = 3
+
+
+class SpecError(KdistError):
+    """The user's input is wrong. Carries every problem found, each one line."""
+
+    exit_code = 2
+
+    def __init__(self, problems: list[str]):
+        # One line each, whatever the parser's message looked like.
+        self.problems = [" ".join(str(p).split()) for p in problems]
+        super().__init__("\n".join(self.problems))
+
+
+class UsageError(KdistError):
+    """A flag, an argument or the kubeconfig is wrong (not the spec itself)."""
+
+    exit_code = 2
+
+
+class JobNotFound(KdistError):
+    """The named job is not in the namespace: the user's input names nothing."""
+
+    exit_code = 2
+
+
+class ClusterError(KdistError):
+    """The cluster or its API refused or failed something."""
+
+    exit_code = 3
+
+
+class OperatorMissing(ClusterError):
+    """The cluster has no kubeflow.org/v1 PyTorchJob resource."""
+
+
+class RenderError(KdistError):
+    """The rendered text did not parse back to what was meant (a kdist bug)."""
+
+    exit_code = 3
+
+
+class LaunchError(KdistError):
+    """The environment or the master is not usable; the launcher exits non-zero."""
+
+    exit_code = 2
+
+
+class JobFailed(KdistError):
+    """The training job ran and failed."""
+
+    exit_code = 1
+
+
+class TimedOut(JobFailed):
+    """A wait's timeout passed before the job finished (the job keeps running)."""

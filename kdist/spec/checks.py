@@ -1,0 +1,174 @@
+"""The field rules of the spec, as plain functions the model's validators call.
+
+Each raises ValueError with a message that names the value; the model adds
+the field path. Every pattern is matched with ``fullmatch`` (``$`` would let
+a trailing newline through), and every rule the API server would enforce
+anyway is checked here first, so a bad spec never reaches it.
+"""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal
+from typing import Any
+
+from kdist.shared import env as E
+from kdist.shared.labels import is_reserved
+from kdist.shared.names import DNS1123_LABEL, DNS1123_SUBDOMAIN, job_name_problem
+from kdist.spec.quantity import parse_quantity
+
+API_VERSION = "kdist/v1alpha1"
+KIND = "TrainingJob"
+MAX_NODES = 1000
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+
+_LABEL_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+_LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+ENV_NAME = re.compile(r"[-._a-zA-Z][-._a-zA-Z0-9]*")
+_MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+_IMAGE = re.compile(r"[^\s\x00-\x1f\x7f-\x9f\u2028\u2029]+")
+_PATH = re.compile(r"/[^\x00-\x1f\x7f-\x9f:\u2028\u2029]*")
+# Directories a volume must not be mounted over: the container would lose its
+# own system files, or shadow what the kubelet mounts (/dev/shm, secrets).
+SYSTEM_DIRS = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc",
+               "/run", "/sbin", "/sys", "/usr", "/var/run", "/var/lib/kubelet")
+
+
+def job_name(value: str) -> str:
+    problem = job_name_problem(value)
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
+def namespace(value: str | None) -> str | None:
+    if value is not None and (len(value) > 63 or not DNS1123_LABEL.fullmatch(value)):
+        raise ValueError(f"namespace {value!r} must be a DNS-1123 label of at most 63 characters")
+    return value
+
+
+def subdomain(value: str, what: str) -> str:
+    if len(value) > 253 or not DNS1123_SUBDOMAIN.fullmatch(value):
+        raise ValueError(f"{what} {value!r} must be a DNS-1123 subdomain")
+    return value
+
+
+def label_key(key: str) -> str:
+    prefix, slash, name = key.rpartition("/")
+    if slash and (not prefix or len(prefix) > 253 or not DNS1123_SUBDOMAIN.fullmatch(prefix)):
+        raise ValueError(f"label key {key!r}: the prefix before '/' must be a DNS subdomain")
+    if not name or len(name) > 63 or not _LABEL_NAME.fullmatch(name):
+        raise ValueError(
+            f"label key {key!r}: name must be 1-63 characters of letters, digits, '-', '_', '.', "
+            "starting and ending with a letter or digit"
+        )
+    return key
+
+
+def label_value(key: str, value: str) -> str:
+    if len(value) > 63 or not _LABEL_VALUE.fullmatch(value):
+        raise ValueError(
+            f"label {key!r}: value {value!r} must be at most 63 characters of letters, digits, "
+            "'-', '_', '.', starting and ending with a letter or digit"
+        )
+    return value
+
+
+def labels(values: dict[str, str], *, user_labels: bool = False) -> dict[str, str]:
+    """Label-shaped maps (labels, nodeSelector); `user_labels` refuses kdist's own keys."""
+    for key, value in values.items():
+        label_key(key)
+        label_value(key, value)
+        if user_labels and is_reserved(key):
+            raise ValueError(f"label {key!r} is set by kdist or the Job controller and cannot "
+                             "be given")
+    return values
+
+
+# Quantities beyond what the API server stores (int64 milli-units) are refused
+# here rather than crashing later arithmetic or the server.
+_MAX_QUANTITY = Decimal(INT64_MAX) / 1000
+
+
+def quantity(value: str, what: str) -> Decimal:
+    if len(value) > 64:
+        raise ValueError(f"{what} {value[:20]!r}... is not a Kubernetes quantity (too long)")
+    try:
+        amount = parse_quantity(value)
+    except ValueError as e:
+        raise ValueError(f"{what}: {e}") from None
+    if amount > _MAX_QUANTITY:
+        raise ValueError(f"{what} {value!r} is larger than Kubernetes can store")
+    return amount
+
+
+def scalar_str(value: Any) -> Any:
+    """A YAML number where a string is meant, kept only when YAML did not change its text.
+
+    `cpu: 2` and `--steps 200` are fine; `1.10`, `010`, `1:30`, `0x1F`, `.nan`
+    and `1e3` reach the container as `1.1`, `8`, `90`, `31`, `nan`, `1000.0`:
+    refused with "quote it". Numbers from Python (no YAML text) are converted.
+    """
+    if isinstance(value, bool):
+        return value  # refused by the str type with a "quote it" hint
+    if isinstance(value, (int, float)):
+        text = str(value)
+        source = getattr(value, "yaml_text", None)
+        if source is not None and source != text:
+            raise ValueError(f"YAML reads {source} as the number {_short_number(text)}, not the "
+                             f"text {source!r}: quote it")
+        return text
+    return value
+
+
+def _short_number(text: str) -> str:
+    return text if len(text) <= 30 else text[:27] + "..."
+
+
+def no_nul(value: str) -> str:
+    if "\x00" in value:
+        raise ValueError(f"{value[:40]!r} contains a NUL character, which no process can receive")
+    return value
+
+
+def env_name(name: str) -> str:
+    if not ENV_NAME.fullmatch(name):
+        raise ValueError(f"{name!r} is not a valid environment variable name")
+    if name in E.LAUNCHER_OWNED or name.startswith(E.LAUNCHER_OWNED_PREFIXES):
+        raise ValueError(f"{name!r} is set by kdist's launcher and cannot be given")
+    return name
+
+
+def env_prefix(prefix: str) -> str:
+    if not ENV_NAME.fullmatch(prefix):
+        raise ValueError(f"prefix {prefix!r} is not a valid environment variable prefix")
+    if prefix.startswith(E.LAUNCHER_OWNED_PREFIXES) or prefix in E.LAUNCHER_OWNED:
+        raise ValueError(f"prefix {prefix!r} would make variables in kdist's reserved names "
+                         f"({', '.join(E.LAUNCHER_OWNED_PREFIXES)}...)")
+    return prefix
+
+
+def module(value: str) -> str:
+    if not _MODULE.fullmatch(value):
+        raise ValueError(f"{value!r} is not a Python module path (e.g. kdist.workloads.ddp)")
+    return value
+
+
+def image(value: str) -> str:
+    if not value or len(value) > 512 or not _IMAGE.fullmatch(value):
+        raise ValueError(f"{value!r} is not a container image reference")
+    return value
+
+
+def mount_path(value: str) -> str:
+    """An absolute directory for a volume: not a system directory, no '.' or '..'."""
+    if not _PATH.fullmatch(value):
+        raise ValueError(f"{value!r} must be an absolute path without control characters or ':'")
+    parts = value.split("/")
+    if any(part in (".", "..") for part in parts):
+        raise ValueError(f"{value!r} must not contain '.' or '..' components")
+    norm = "/" + "/".join(p for p in parts if p)
+    if norm == "/" or any(norm == d or norm.startswith(d + "/") for d in SYSTEM_DIRS):
+        raise ValueError(f"{value!r} is (or is inside) a system directory; use e.g. /checkpoints")
+    return value

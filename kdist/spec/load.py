@@ -1,0 +1,192 @@
+"""Reading a job file: `load_job(path)` returns a `TrainingJob` or raises `SpecError`
+carrying every problem found, each as `FILE: field.path: what`."""
+
+from __future__ import annotations
+
+import difflib
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from kdist.shared.errors import SpecError
+from kdist.spec.checks import ENV_NAME
+from kdist.spec.model import TrainingJob
+from kdist.spec.yamlsafe import MAX_BYTES, YamlProblem, load_document
+
+
+def advice(job: TrainingJob) -> list[str]:
+    """Valid but probably not meant: one line each, `field.path: why`, for the CLI to warn."""
+    s, out = job.spec, []
+    ephemeral = s.checkpoint is not None and s.checkpoint.volume.empty_dir is not None
+    if s.distributed.max_restarts and ephemeral:
+        out.append("spec.checkpoint.volume: an emptyDir is new with every pod, so a restarted "
+                   "job starts from step 0; use a persistentVolumeClaim every pod mounts")
+    if s.backend == "pytorchjob" and s.distributed.max_restarts and not s.active_deadline_seconds:
+        out.append("spec.distributed.maxRestarts: the Kubeflow training operator (v1.9) does not "
+                   "bound a PyTorchJob's restarts (exit >= 128) by it; set "
+                   "spec.activeDeadlineSeconds to bound a job that keeps failing")
+    return out
+
+
+def load_job(path: str | Path) -> TrainingJob:
+    """Read and validate a job file; raise SpecError with every problem found."""
+    path = Path(path)
+    try:
+        data = read_bounded(path, MAX_BYTES)
+    except OSError as e:
+        raise SpecError([f"{path}: cannot read: {e.strerror or e}"]) from None
+    except ValueError as e:
+        raise SpecError([f"{path}: cannot read: {e}"]) from None
+    return parse_job(data, source=str(path))
+
+
+def read_bounded(path: str | os.PathLike[str], limit: int) -> bytes:
+    """A regular file's first `limit` + 1 bytes; ValueError for anything that is not one.
+
+    Opened non-blocking and checked with fstat before reading: a FIFO or a
+    device would otherwise block or never end.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise ValueError("is a directory, not a file")
+        if not stat.S_ISREG(mode):
+            raise ValueError("is not a regular file (a FIFO, socket or device?)")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return f.read(limit + 1)
+    finally:
+        os.close(fd)
+
+
+def parse_job(data: bytes | str, source: str = "<job>") -> TrainingJob:
+    """Validate job text already in memory; `source` names it in messages."""
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    try:
+        doc = load_document(data)
+    except YamlProblem as e:
+        raise SpecError([f"{source}: {e}"]) from None
+    if not isinstance(doc, dict):
+        kind = type(doc).__name__ if doc is not None else "nothing"
+        raise SpecError([f"{source}: expected a mapping with apiVersion, kind, metadata, spec; "
+                         f"got {kind}"])
+    return validate_job(doc, source)
+
+
+def validate_job(doc: dict[str, Any], source: str = "<job>") -> TrainingJob:
+    """Validate an already-parsed document."""
+    try:
+        return TrainingJob.model_validate(doc)
+    except ValidationError as e:
+        raise SpecError([f"{source}: {p}" for p in _problems(e, doc)]) from None
+
+
+def _problems(err: ValidationError, doc: dict[str, Any]) -> list[str]:
+    out: list[str] = []
+    for item in err.errors(include_url=False):
+        loc = _clean_loc(item["loc"])
+        message = _message(item, loc, doc)
+        line = f"{_path(loc)}: {message}" if loc else message
+        if line not in out:
+            out.append(line)
+    return out
+
+
+def _clean_loc(loc: tuple[Any, ...]) -> list[Any]:
+    # Unions add the branch's type name to the path (`int`, `literal['auto']`);
+    # users never wrote those, so drop them.
+    tags = ("int", "str", "literal[", "constrained-", "function-", "json-or-python")
+    return [
+        p for p in loc
+        if p != "[key]" and not (isinstance(p, str) and p.startswith(tags) and p != "str")
+    ]
+
+
+def _path(loc: list[Any]) -> str:
+    text = ""
+    for part in loc:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        elif ENV_NAME.fullmatch(str(part)) and "." not in str(part):
+            text += f".{part}" if text else str(part)
+        else:
+            text += f"[{str(part)!r}]"
+    return text
+
+
+def _message(item: dict[str, Any], loc: list[Any], doc: dict[str, Any]) -> str:
+    kind, ctx = item["type"], item.get("ctx") or {}
+    if kind == "missing":
+        return "is required"
+    if kind == "extra_forbidden":
+        return "unknown field" + _suggest(loc, doc)
+    if kind == "literal_error":
+        return f"must be one of {ctx.get('expected', '')}, got {item.get('input')!r}"
+    if kind in ("greater_than_equal", "less_than_equal", "greater_than", "less_than"):
+        op = {"greater_than_equal": ">=", "less_than_equal": "<=",
+              "greater_than": ">", "less_than": "<"}[kind]
+        bound = next(iter(ctx.values()), "")
+        return f"must be {op} {bound}, got {item.get('input')!r}"
+    if kind in ("int_type", "int_parsing", "int_from_float"):
+        return f"must be an integer, got {_short(item.get('input'))}"
+    if kind in ("string_type", "str_type"):
+        hint = " (quote it in YAML)" if isinstance(item.get("input"), bool) else ""
+        return f"must be a string, got {_short(item.get('input'))}{hint}"
+    if kind in ("dict_type", "model_type", "model_attributes_type"):
+        return f"must be a mapping, got {_short(item.get('input'))}"
+    if kind == "list_type":
+        return f"must be a list, got {_short(item.get('input'))}"
+    if kind in ("bool_type", "bool_parsing"):
+        return f"must be true or false, got {_short(item.get('input'))}"
+    if kind == "value_error":
+        return str(ctx.get("error", item["msg"]))
+    if kind == "string_too_long":
+        return f"is longer than {ctx.get('max_length')} characters"
+    return item["msg"]
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _suggest(loc: list[Any], doc: dict[str, Any]) -> str:
+    """'did you mean X' for a misspelt field, from the model's own field names."""
+    if not loc or not isinstance(loc[-1], str):
+        return ""
+    model: Any = TrainingJob
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue
+        field = _field(model, part)
+        if field is None:
+            return ""
+        model = _model_of(field.annotation)
+        if model is None:
+            return ""
+    names = [f.alias or n for n, f in model.model_fields.items()]
+    match = difflib.get_close_matches(loc[-1], names, n=1)
+    return f" (did you mean {match[0]!r}?)" if match else f" (known: {', '.join(names)})"
+
+
+def _field(model: Any, name: str) -> Any:
+    for n, f in model.model_fields.items():
+        if name in (n, f.alias):
+            return f
+    return None
+
+
+def _model_of(annotation: Any) -> Any:
+    import typing
+
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):
+        found = _model_of(arg)
+        if found is not None:
+            return found
+    return None
