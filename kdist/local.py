@@ -43,6 +43,7 @@ def run_local(job: Any, *, stdout: IO[str] | None = None) -> int:
     """
     from kdist.rendering import contract
 
+    _preflight(job)
     argv = list(contract.launch_argv(job))
     envs = [
         local_env(contract.env_contract(job, node_rank=i, master_addr=LOCAL_MASTER))
@@ -50,7 +51,11 @@ def run_local(job: Any, *, stdout: IO[str] | None = None) -> int:
     ]
     ckpt = local_checkpoint_dir(job, Path.cwd())
     if ckpt is not None:
-        ckpt.mkdir(parents=True, exist_ok=True)
+        try:
+            ckpt.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise UsageError(f"{ckpt}: cannot create the local run's checkpoint directory: "
+                             f"{e.strerror or e}") from None
         print(f"kdist: checkpoints of this local run go to {ckpt} "
               f"(spec.checkpoint.path is the pods' path)", file=sys.stderr, flush=True)
         for env in envs:
@@ -58,6 +63,24 @@ def run_local(job: Any, *, stdout: IO[str] | None = None) -> int:
     port = int(envs[0].get(E.MASTER_PORT, "29500"))
     ensure_port_free(port)
     return run_nodes(argv, envs, stdout=stdout, max_restarts=job.spec.distributed.max_restarts)
+
+
+def _preflight(job: Any) -> None:
+    """What a local run needs, checked before any process starts (UsageError, exit 2)."""
+    import importlib.util
+
+    try:
+        has_torch = importlib.util.find_spec("torch") is not None
+    except (ImportError, ValueError):  # a broken install, or torch blocked in sys.modules
+        has_torch = False
+    if not has_torch:
+        raise UsageError("kdist run --local needs torch, which is not installed here: "
+                         "pip install 'kdist[train]' (or any torch >= 2.8)")
+    state = Path.cwd() / ".kdist"
+    for path in (state, state / job.metadata.name):
+        if path.exists() and not path.is_dir():
+            raise UsageError(f"{path}: kdist keeps local runs' state in this directory, but it "
+                             "is a file; move it away")
 
 
 def local_checkpoint_dir(job: Any, cwd: Path) -> Path | None:
