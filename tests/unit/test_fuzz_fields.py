@@ -97,11 +97,14 @@ def bare_yaml(field: str, value: str) -> bytes | None:
     return text.replace(placeholder, value).encode("utf-8", "surrogatepass")
 
 
+VERBATIM = {"env_value", "arg", "image", "command", "selector", "toleration", "queue",
+            "label_value", "name", "namespace", "module", "secret", "claim", "priority"}
+
+
 def lands_exactly(field: str, value: str, objects: list[dict[str, Any]]) -> None:
     """An accepted value reaches the pod (or object) as the very same string ("" = unset)."""
     blob = json.dumps(objects, ensure_ascii=False)
-    if value and field in ("env_value", "arg", "image", "command", "selector", "toleration", "queue",
-                 "label_value", "name", "namespace", "module", "secret", "claim", "priority"):
+    if value and field in VERBATIM:
         assert json.dumps(value, ensure_ascii=False) in blob, (field, value)
 
 
