@@ -5,7 +5,7 @@
 Same model, data, batch and optimizer as ``kdist.workloads.ddp`` (the MLP and
 the synthetic teacher-labelled set are rebuilt here from the same seeds, not
 imported, so no kdist code runs), DistributedSampler order sliced per step,
-DDP with its default settings. Prints kdist's JSON step lines (DESIGN.md) so
+DDP with its default settings. Prints kdist's JSON step lines (docs/DESIGN.md, "JSON log lines") so
 the benchmark reads both the same way. Standalone on purpose: no kdist imports.
 """
 

@@ -140,7 +140,7 @@ def terminal_condition(obj: dict[str, Any]) -> tuple[str, dict[str, Any]] | None
 
 
 def parse_record(line: str) -> dict[str, Any] | None:
-    """A workload's JSON log line (`{"event": ...}`, DESIGN.md), else None.
+    """A workload's JSON log line (`{"event": ...}`, docs/DESIGN.md), else None.
 
     A prefix before the JSON object (a launcher's `[default0]:`) is tolerated.
     """

@@ -37,7 +37,7 @@ _PEER_LOST_HINTS = (
 
 
 def add_common_args(parser: argparse.ArgumentParser) -> None:
-    """The flags every kdist workload takes (DESIGN.md) plus the model/data shape."""
+    """The flags every kdist workload takes (docs/DESIGN.md, "JSON log lines") plus the model/data shape."""
     add = parser.add_argument
     add("--max-steps", type=int, default=200, help="optimizer steps in total (default 200)")
     add("--batch-size", type=int, default=256,
@@ -195,7 +195,7 @@ def shutdown_distributed(ok: bool) -> None:
 
 
 def log_event(event: str, **fields: Any) -> None:
-    """Print one JSON log line (DESIGN.md's format) and flush it."""
+    """Print one JSON log line (docs/DESIGN.md, "JSON log lines") and flush it."""
     sys.stdout.write(json.dumps({"event": event, **fields}) + "\n")
     sys.stdout.flush()
 

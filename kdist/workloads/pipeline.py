@@ -11,7 +11,7 @@ pipelines (DP x PP): rank r runs stage ``r % stages`` of pipeline
 the pipelines before the optimizer step. The loss and gradients equal those
 of the unsplit model on the union of the pipelines' batches.
 
-Every rank prints the JSON lines of DESIGN.md; the loss (computed on the
+Every rank prints the JSON lines of docs/DESIGN.md; the loss (computed on the
 last stage) is broadcast along the pipeline at log steps only. Each stage
 checkpoints its own shard (``stage-S.pt``, written by pipeline 0) into the
 same ``step-N/`` directory; resuming needs every stage's rank to see the
