@@ -37,7 +37,7 @@ _PEER_LOST_HINTS = (
 
 
 def add_common_args(parser: argparse.ArgumentParser) -> None:
-    """The flags every kdist workload takes (docs/DESIGN.md, "JSON log lines") plus the model/data shape."""
+    """The flags every kdist workload takes (README, "The training side"), and the model shape."""
     add = parser.add_argument
     add("--max-steps", type=int, default=200, help="optimizer steps in total (default 200)")
     add("--batch-size", type=int, default=256,
