@@ -36,13 +36,13 @@ from kdist.workloads.common import (
     Meter,
     ShardedBatches,
     add_common_args,
-    after_step,
     check_args,
     log_event,
     make_dataset,
     mlp_blocks,
     run_workload,
 )
+from kdist.workloads.loop import Saver, run_steps
 
 SHARD = "state"
 
@@ -96,36 +96,22 @@ def train(args: argparse.Namespace, d: Dist) -> None:
                              args.seed, d.device)
     loss_fn = nn.CrossEntropyLoss()
     meter = Meter(d.device, args.batch_size * d.world_size)
-    saved = start
 
-    def save(step: int) -> None:
-        state = {"model": model.state_dict(), "optimizer": opt.state_dict(),
-                 "rng": torch.get_rng_state(), "step": step}
-        path = ckpt.save(step, {SHARD: state} if d.rank == 0 else {}, {"loss": loss})
-        if d.rank == 0:
-            log_event("checkpoint", step=step, path=str(path), rank=d.rank,
-                      world_size=d.world_size)
-        meter.pause_clock()
-
-    for step in range(start + 1, args.max_steps + 1):
-        idx = batches.indices(step - 1)
+    def step(n: int) -> None:
+        idx = batches.indices(n - 1)
         opt.zero_grad(set_to_none=True)
         batch_loss = loss_fn(ddp(x.index_select(0, idx)), y.index_select(0, idx))
         batch_loss.backward()
         opt.step()
         meter.add(batch_loss)
-        if step % args.log_every == 0 or step == args.max_steps:
-            loss, rate = meter.read()
-            log_event("step", step=step, loss=loss, samples_per_s=rate, rank=d.rank,
-                      world_size=d.world_size)
-        after_step(d.rank, step, args)
-        if ckpt and args.checkpoint_every and step % args.checkpoint_every == 0:
-            save(step)
-            saved = step
-    if ckpt and saved < args.max_steps:
-        save(args.max_steps)
-    log_event("done", step=max(start, args.max_steps), loss=loss, rank=d.rank,
-              world_size=d.world_size)
+
+    def shards(n: int) -> dict[str, Any]:
+        state = {"model": model.state_dict(), "optimizer": opt.state_dict(),
+                 "rng": torch.get_rng_state(), "step": n}
+        return {SHARD: state} if d.rank == 0 else {}
+
+    save = Saver(ckpt, d, meter, shards) if ckpt else None
+    run_steps(args, d, start=start, loss=loss, step=step, read=meter.read, save=save)
 
 
 @record

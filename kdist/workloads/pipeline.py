@@ -24,6 +24,7 @@ import argparse
 import os
 import sys
 from datetime import timedelta
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -40,13 +41,13 @@ from kdist.workloads.common import (
     Meter,
     ShardedBatches,
     add_common_args,
-    after_step,
     check_args,
     log_event,
     make_dataset,
     mlp_blocks,
     run_workload,
 )
+from kdist.workloads.loop import Saver, run_steps
 
 SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
 
@@ -160,20 +161,9 @@ def train(args: argparse.Namespace, d: Dist, stages: int) -> None:
     batches = ShardedBatches(args.dataset_size, args.batch_size, lay.replicas, lay.replica,
                              args.seed, d.device)
     meter = Meter(d.device, args.batch_size * lay.replicas)
-    saved = start
 
-    def save(step: int) -> None:
-        state = {"model": module.state_dict(), "optimizer": opt.state_dict(),
-                 "rng": torch.get_rng_state()}
-        mine = {shard: state} if lay.replica == 0 else {}
-        path = ckpt.save(step, mine, {"loss": loss, "stages": stages})
-        if d.rank == 0:
-            log_event("checkpoint", step=step, path=str(path), rank=d.rank,
-                      world_size=d.world_size)
-        meter.pause_clock()
-
-    for step in range(start + 1, args.max_steps + 1):
-        idx = batches.indices(step - 1)
+    def step(n: int) -> None:
+        idx = batches.indices(n - 1)
         opt.zero_grad(set_to_none=True)
         losses: list[torch.Tensor] = []
         inputs = (x.index_select(0, idx),) if lay.first else ()
@@ -186,20 +176,19 @@ def train(args: argparse.Namespace, d: Dist, stages: int) -> None:
             average_gradients(module, lay.dp_group, lay.replicas)
         opt.step()
         meter.add(torch.stack(losses).mean() if lay.last else torch.zeros((), device=d.device))
-        if step % args.log_every == 0 or step == args.max_steps:
-            # Only the last stage knows the loss; meter.total is the interval's sum.
-            dist.broadcast(meter.total, src=lay.last_rank, group=lay.pp_group)
-            loss, rate = meter.read()
-            log_event("step", step=step, loss=loss, samples_per_s=rate, rank=d.rank,
-                      world_size=d.world_size)
-        after_step(d.rank, step, args)
-        if ckpt and args.checkpoint_every and step % args.checkpoint_every == 0:
-            save(step)
-            saved = step
-    if ckpt and saved < args.max_steps:
-        save(args.max_steps)
-    log_event("done", step=max(start, args.max_steps), loss=loss, rank=d.rank,
-              world_size=d.world_size)
+
+    def read() -> tuple[float, float]:
+        # Only the last stage knows the loss; meter.total is the interval's sum.
+        dist.broadcast(meter.total, src=lay.last_rank, group=lay.pp_group)
+        return meter.read()
+
+    def shards(n: int) -> dict[str, Any]:
+        state = {"model": module.state_dict(), "optimizer": opt.state_dict(),
+                 "rng": torch.get_rng_state()}
+        return {shard: state} if lay.replica == 0 else {}
+
+    save = Saver(ckpt, d, meter, shards, lambda: {"stages": stages}) if ckpt else None
+    run_steps(args, d, start=start, loss=loss, step=step, read=read, save=save)
 
 
 @record

@@ -1,0 +1,55 @@
+"""The step loop both workloads share: JSON log lines, the fault hook, checkpoints, done.
+
+A workload supplies what differs (one optimizer step, how the interval's loss
+is read, what a checkpoint holds); the cadence of logging and saving, and
+the lines printed (docs/DESIGN.md, "JSON log lines"), are the same for both.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kdist.workloads.checkpoint import Checkpointer
+from kdist.workloads.common import Dist, Meter, after_step, log_event
+
+
+@dataclass
+class Saver:
+    """Writes checkpoints of this rank's shards (none on ranks that hold no shard)."""
+
+    ckpt: Checkpointer
+    d: Dist
+    meter: Meter
+    shards: Callable[[int], Mapping[str, Any]]  # step -> {shard name: state} this rank writes
+    meta: Callable[[], Mapping[str, Any]] = dict
+
+    def __call__(self, step: int, loss: float | None) -> None:
+        path = self.ckpt.save(step, self.shards(step), {"loss": loss, **self.meta()})
+        if self.d.rank == 0:
+            log_event("checkpoint", step=step, path=str(path), rank=self.d.rank,
+                      world_size=self.d.world_size)
+        self.meter.pause_clock()  # saving is not training time
+
+
+def run_steps(args: argparse.Namespace, d: Dist, *, start: int, loss: float | None,
+              step: Callable[[int], None], read: Callable[[], tuple[float, float]],
+              save: Saver | None) -> None:
+    """Steps `start + 1 .. args.max_steps`: `step(n)` trains, `read()` gives (loss, rate)."""
+    saved = start
+    for n in range(start + 1, args.max_steps + 1):
+        step(n)
+        if n % args.log_every == 0 or n == args.max_steps:
+            loss, rate = read()
+            log_event("step", step=n, loss=loss, samples_per_s=rate, rank=d.rank,
+                      world_size=d.world_size)
+        after_step(d.rank, n, args)
+        if save is not None and args.checkpoint_every and n % args.checkpoint_every == 0:
+            save(n, loss)
+            saved = n
+    if save is not None and saved < args.max_steps:
+        save(args.max_steps, loss)
+    log_event("done", step=max(start, args.max_steps), loss=loss, rank=d.rank,
+              world_size=d.world_size)
