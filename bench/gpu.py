@@ -14,6 +14,7 @@ the workload is from what the hardware offers, not how well NCCL scales.
 from __future__ import annotations
 
 import json
+import re
 
 from bench.harness import (
     PYTHON,
@@ -56,10 +57,14 @@ def _probe() -> dict:
 
 
 def _peak(name: str) -> float | None:
-    for key in sorted(BF16_PEAK_TFLOPS, key=len, reverse=True):
-        if key in name:
-            return BF16_PEAK_TFLOPS[key]
-    return None
+    """The peak for a device name such as "NVIDIA H100 80GB HBM3" or "NVIDIA A100-SXM4-80GB".
+
+    Whole tokens only: a substring would take an L40 for an L4, an A10G for an
+    A10 and a GB200 for a B200.
+    """
+    tokens = re.split(r"[^A-Za-z0-9]+", name.upper())
+    found = [BF16_PEAK_TFLOPS[t] for t in tokens if t in BF16_PEAK_TFLOPS]
+    return found[0] if found else None
 
 
 def run(ctx: Ctx) -> dict[str, Measured]:

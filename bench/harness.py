@@ -127,7 +127,7 @@ class Run:
 
 
 def parse_records(text: str) -> list[dict[str, Any]]:
-    """kdist's JSON log lines (docs/DESIGN.md, "JSON log lines") in `text`; everything else is ignored.
+    """kdist's JSON log lines (docs/DESIGN.md, "JSON log lines") in `text`; the rest is ignored.
 
     Tolerates a prefix (``[rank N] ``) and two records glued on one line (two
     processes writing one pipe without a newline between them).

@@ -26,6 +26,7 @@ BENCHMARKS = {
     "ddp": "bench.ddp",
     "pipeline": "bench.pipeline",
     "cluster": "bench.cluster",
+    "workdir": "bench.workdir",
     "watch": "bench.watch",
     "gpu": "bench.gpu",
 }

@@ -7,6 +7,9 @@ The Python API (docs/DESIGN.md, "Python API"; the CLI is a shell over it):
     kdist.submit(job)                   # create, follow to the end; JobFailed if it fails
     kdist.status(name), kdist.logs(name), kdist.wait(name), kdist.list_jobs(), kdist.delete(name)
 
+In a training script (README, "Bring your own script"): ``kdist.preemption_requested()``
+once per step, then save and ``sys.exit(kdist.PREEMPTED)``.
+
 Everything is imported on first use: the container side (``kdist.launch``,
 ``kdist.workloads``) imports this package too, and must not pay for
 pydantic, jinja2, yaml or the kubernetes client.
@@ -38,8 +41,12 @@ _LAZY = {
     "logs": "kdist.api",
     "list_jobs": "kdist.api",
     "delete": "kdist.api",
+    # For a user's own training script (the runtime: torch, no CLI libraries).
+    "preemption_requested": "kdist.runtime.preemption",
+    "PREEMPTED": "kdist.runtime.preemption",
 }
 __all__ = [
+    "PREEMPTED", "preemption_requested",
     "ClusterError", "JobFailed", "JobNotFound", "KdistError", "SpecError", "TimedOut",
     "TrainingJob", "UsageError", "delete", "list_jobs", "load_job", "logs", "parse_job",
     "render", "status", "submit", "to_yaml", "wait",
@@ -48,6 +55,7 @@ __all__ = [
 if TYPE_CHECKING:
     from kdist.api import delete, list_jobs, logs, status, submit, wait
     from kdist.rendering.render import render, to_yaml
+    from kdist.runtime.preemption import PREEMPTED, preemption_requested
     from kdist.shared.errors import (
         ClusterError,
         JobFailed,

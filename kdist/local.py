@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import queue
+import shutil
 import signal
 import socket
 import subprocess
@@ -23,32 +24,37 @@ from typing import IO, Any
 from kdist.shared import env as E
 from kdist.shared import exitcodes
 from kdist.shared.errors import UsageError
-from kdist.shared.signals import interruptible
+from kdist.shared.signals import interruptible, received
 
 LOCAL_MASTER = "127.0.0.1"
 # How long the other nodes get to fail on their own once one has failed (their
 # peer is gone, so gloo fails them at once), and how long a signalled launcher
-# gets to stop its workers (torch's agent waits up to 15 s before SIGKILL).
+# gets to stop its workers: a pod's default terminationGracePeriodSeconds (the
+# launcher gives its workers kdist.runtime.agent.STOP_GRACE_S of it to save).
 FAIL_GRACE_S = 10.0
-STOP_GRACE_S = 20.0
+STOP_GRACE_S = 60.0
+# ... and, once a node failed, how long the rest get to stop: nothing is left to
+# save (a peer is gone), and a node whose workers finished waits in torch's exit
+# barrier, which no signal interrupts.
+FAILED_STOP_GRACE_S = 10.0
 
 
-def run_local(job: Any, *, stdout: IO[str] | None = None) -> int:
+def run_local(job: Any, *, stdout: IO[str] | None = None, code: Any = None) -> int:
     """Run ``job`` as ``job.spec.nodes`` local launchers; return the job's exit code.
 
     The exit code is the most telling one a node exits with (a code error
     before a kill before a lost peer; 0 when all succeed), after up to
     ``spec.distributed.maxRestarts`` restarts of every node. Raises
-    ``UsageError`` when the spec's port is taken here.
+    ``UsageError`` when the spec's port is taken here. `code` (a packed
+    workdir) runs the nodes in a fresh copy of it (``local_workspace``).
     """
     from kdist.rendering import contract
 
     _preflight(job)
-    argv = list(contract.launch_argv(job))
-    envs = [
-        local_env(contract.env_contract(job, node_rank=i, master_addr=LOCAL_MASTER))
-        for i in range(job.spec.nodes)
-    ]
+    # Each node's container env as a pod's spec lists it (not yet this process's env).
+    envs = [contract.env_contract(job, node_rank=i, master_addr=LOCAL_MASTER)
+            for i in range(job.spec.nodes)]
+    _gpu_env(job, envs)
     ckpt = local_checkpoint_dir(job, Path.cwd())
     if ckpt is not None:
         try:
@@ -60,9 +66,113 @@ def run_local(job: Any, *, stdout: IO[str] | None = None) -> int:
               f"(spec.checkpoint.path is the pods' path)", file=sys.stderr, flush=True)
         for env in envs:
             env[E.CHECKPOINT_DIR] = str(ckpt)
+    # $(VAR) in env values and args, as the kubelet expands them in a pod.
+    envs = [contract.expanded_env(env) for env in envs]
+    argvs = [[contract.expand_refs(a, env) for a in contract.launch_argv(job)] for env in envs]
+    envs = [local_env(env) for env in envs]
     port = int(envs[0].get(E.MASTER_PORT, "29500"))
     ensure_port_free(port)
-    return run_nodes(argv, envs, stdout=stdout, max_restarts=job.spec.distributed.max_restarts)
+    workspace = None if code is None else local_workspace(job, code, Path.cwd())
+    if workspace is not None:
+        print(f"kdist: code {code.sha256[:12]} unpacked into {workspace} (the pods' "
+              f"{E.DEFAULT_CODE_DIR}): the nodes run there", file=sys.stderr, flush=True)
+        for env in envs:
+            env["PYTHONPATH"] = os.pathsep.join(
+                p for p in (str(workspace), env.get("PYTHONPATH")) if p)
+    return run_nodes(argvs[0], envs, stdout=stdout,
+                     max_restarts=job.spec.distributed.max_restarts, cwd=workspace,
+                     node_argvs=argvs)
+
+
+def _gpu_env(job: Any, envs: list[dict[str, str]]) -> None:
+    """The pods' GPU defaults, and each node its own share of this machine's GPUs."""
+    from kdist.rendering import podspec
+
+    for env in envs:
+        env.update(podspec.gpu_env(job, dict(job.spec.env)))
+    per_node = job.spec.resources.gpus
+    if not per_node:
+        return
+    visible = visible_gpus(os.environ)
+    shares = gpu_shares(visible, job.spec.nodes, per_node, job.spec.dist_backend)
+    if shares is None:
+        print(f"kdist: this machine has {len(visible)} GPU(s), fewer than the spec's "
+              f"{job.spec.nodes} x {per_node}: the gloo workers run without GPUs of their own",
+              file=sys.stderr, flush=True)
+        return
+    for env, share in zip(envs, shares, strict=True):
+        env["CUDA_VISIBLE_DEVICES"] = share
+
+
+def visible_gpus(environ: Mapping[str, str], count: Any = None) -> list[str]:
+    """This machine's GPUs as CUDA_VISIBLE_DEVICES entries (indices or UUIDs)."""
+    if "CUDA_VISIBLE_DEVICES" in environ:
+        out = []
+        for entry in environ["CUDA_VISIBLE_DEVICES"].split(","):
+            entry = entry.strip()
+            if not entry or entry.startswith("-"):  # CUDA stops at the first invalid entry
+                break
+            out.append(entry)
+        return out
+    return [str(i) for i in range((count or _device_count)())]
+
+
+def _device_count() -> int:
+    import torch  # a local run needs torch anyway (checked by _preflight)
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def gpu_shares(visible: Sequence[str], nodes: int, per_node: int, backend: str) -> list[str] | None:
+    """CUDA_VISIBLE_DEVICES for each local node: disjoint, `per_node` GPUs each.
+
+    NCCL refuses two ranks on one GPU, so an NCCL job that does not fit is refused
+    (UsageError, exit 2); a gloo job runs without pinning (None).
+    """
+    need = nodes * per_node
+    if len(visible) < need:
+        if backend != "nccl":
+            return None
+        raise UsageError(
+            f"spec.resources.gpus: {nodes} node(s) x {per_node} GPU(s) need {need} GPUs, this "
+            f"machine has {len(visible)}; lower spec.nodes or spec.resources.gpus to run it "
+            "locally")
+    return [",".join(visible[i * per_node:(i + 1) * per_node]) for i in range(nodes)]
+
+
+def local_workspace(job: Any, code: Any, cwd: Path) -> Path:
+    """A fresh ``.kdist/<name>/workspace`` holding the code, byte for byte what pods get.
+
+    The same path as in a pod: the ConfigMaps' parts (as rendered) are written to
+    ``.kdist/<name>/code``, then checked against the hash and unpacked by the
+    launcher's own unpacker. Unpacked once for every node (they share this
+    machine's directory, as the pods of one node would). Nothing of an earlier
+    run survives in it.
+    """
+    import base64
+
+    from kdist.launch_code import UnpackError, unpack
+    from kdist.rendering.code_configmaps import to_configmaps
+
+    state = cwd / ".kdist" / job.metadata.name
+    parts, workspace = state / "code", state / "workspace"
+    try:
+        for path in (parts, workspace):
+            if path.is_symlink() or path.is_file():
+                path.unlink()
+            elif path.exists():
+                shutil.rmtree(path)
+        parts.mkdir(parents=True)
+        for cm in to_configmaps(job.metadata.name, None, code, {}):
+            for key, data in cm["binaryData"].items():
+                (parts / key).write_bytes(base64.b64decode(data))
+        unpack([parts], code.sha256, workspace)
+    except UnpackError as e:
+        raise UsageError(f"{workspace}: {e}") from None
+    except OSError as e:
+        raise UsageError(f"{workspace}: cannot prepare the local run's code: "
+                         f"{e.strerror or e}") from None
+    return workspace
 
 
 def _preflight(job: Any) -> None:
@@ -204,19 +314,26 @@ def run_nodes(
     max_restarts: int = 0,
     fail_grace_s: float = FAIL_GRACE_S,
     stop_grace_s: float = STOP_GRACE_S,
+    cwd: Path | None = None,
+    node_argvs: Sequence[Sequence[str]] | None = None,
 ) -> int:
     """Start one ``argv`` per env (node), stream their output, return the job's exit code.
 
     When a node fails, the others get ``fail_grace_s`` to fail or finish on
     their own before they are stopped. A retryable failure (``kdist.exitcodes``)
     restarts every node, up to ``max_restarts`` times, as the Job controller
-    would recreate every pod. Ctrl-C stops every node's process group
-    (SIGINT, then SIGKILL after ``stop_grace_s``) and is never retried.
+    would recreate every pod; each attempt's nodes get ``KDIST_RESTART_COUNT``.
+    Ctrl-C (or SIGTERM) stops every node's process group with that signal (then
+    SIGKILL after ``stop_grace_s``), is never retried, and exits 128 + the signal.
+    ``node_argvs``: a command line per node, where they differ (``$(KDIST_NODE_RANK)``).
     """
     out = stdout if stdout is not None else sys.stdout
+    argvs = list(node_argvs) if node_argvs is not None else [argv] * len(envs)
     restart = 0
     while True:
-        node, code, interrupted = _run_once(argv, envs, out, fail_grace_s, stop_grace_s)
+        attempt = [{**env, E.RESTART_COUNT: str(restart)} for env in envs]
+        node, code, interrupted = _run_once(argvs, attempt, out, fail_grace_s, stop_grace_s,
+                                            cwd)
         if interrupted or not exitcodes.is_retryable(code) or restart >= max_restarts:
             return code
         restart += 1
@@ -226,11 +343,12 @@ def run_nodes(
 
 
 def _run_once(
-    argv: Sequence[str],
+    argvs: Sequence[Sequence[str]],
     envs: Sequence[Mapping[str, str]],
     out: IO[str],
     fail_grace_s: float,
     stop_grace_s: float,
+    cwd: Path | None = None,
 ) -> tuple[int, int, bool]:
     """One attempt of every node: (the failed node that tells most, its code, interrupted)."""
     lock = threading.Lock()
@@ -241,9 +359,9 @@ def _run_once(
     interrupted = False
     with interruptible():
         try:
-            for node, env in enumerate(envs):
+            for node, (argv, env) in enumerate(zip(argvs, envs, strict=True)):
                 proc = subprocess.Popen(
-                    _python(argv), env=dict(env), stdin=subprocess.DEVNULL,
+                    _python(argv), env=dict(env), stdin=subprocess.DEVNULL, cwd=cwd,
                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
                 )
                 procs.append(proc)
@@ -263,10 +381,13 @@ def _run_once(
                 pending -= 1
                 if rc:
                     failures.append((node, exitcodes.of_returncode(rc)))
-            _stop(procs, signal.SIGTERM, stop_grace_s)
-        except KeyboardInterrupt:
-            _stop(procs, signal.SIGINT, stop_grace_s)
-            failures.append((-1, 128 + signal.SIGINT))
+            _stop(procs, signal.SIGTERM, min(stop_grace_s, FAILED_STOP_GRACE_S))
+        except KeyboardInterrupt as e:
+            # The nodes get the signal this process got: a SIGTERM reaches the workers
+            # as SIGTERM (kdist's workloads save a checkpoint), as a pod's would.
+            sig = received(e)
+            _stop(procs, signal.Signals(sig), stop_grace_s)
+            failures.append((-1, 128 + sig))
             interrupted = True
         finally:
             for proc in procs:

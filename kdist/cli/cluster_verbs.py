@@ -18,7 +18,12 @@ from typing import Any
 
 import click
 
-from kdist.cli.options import ClusterOptions, Seconds, backend_option, job_file_argument
+from kdist.cli.options import (
+    ClusterOptions,
+    Seconds,
+    backend_option,
+    workdir_option,
+)
 from kdist.shared.errors import JobFailed, UsageError
 
 
@@ -55,9 +60,9 @@ def _name(name: str) -> str:
 
 
 @click.command()
-@job_file_argument
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @click.option("--wait/--no-wait", default=True, show_default=True,
-              help="Watch the job to its end (exit code 0 succeeded, 1 failed).")
+              help="Watch the job(s) to the end (exit code 0 all succeeded, 1 any failed).")
 @click.option("-f", "--follow", is_flag=True,
               help="While waiting, also print every rank's log lines ([rank N] prefix).")
 @click.option("--dry-run", type=click.Choice(["client", "server"]), is_flag=False,
@@ -69,34 +74,61 @@ def _name(name: str) -> str:
 @backend_option
 @click.option("--timeout", type=Seconds(), metavar="SECONDS",
               help="Stop waiting after SECONDS (exit 1; the job keeps running).")
+@workdir_option
 @click.pass_obj
-def submit(opts: ClusterOptions, file: str, wait: bool, follow: bool, dry_run: str | None,
-           replace: bool, backend: str | None, timeout: float | None) -> None:
-    """Validate, render and create FILE's job, then watch it to the end.
+def submit(opts: ClusterOptions, files: tuple[str, ...], wait: bool, follow: bool,
+           dry_run: str | None, replace: bool, backend: str | None, timeout: float | None,
+           workdir: str | None) -> None:
+    """Validate, render and create the job of each FILE, then watch to the end.
 
     The headless Service (indexed-job backend) is created owned by the Job, so
     deleting the Job removes everything. --dry-run=client prints the objects
     as `kdist render` would with the namespace resolved; the Service's
-    ownerReference is added at submission, once the Job's uid exists.
+    ownerReference is added at submission, once the Job's uid exists. A workdir
+    (--workdir, spec.workdir) travels in ConfigMaps owned by the job likewise.
+
+    Several FILEs: every one is validated before anything is sent; each job is
+    created all or nothing; --wait then follows them all with one watcher.
     """
+    if len(files) > 1:
+        _submit_many(opts, files, wait, follow, dry_run, replace, backend, timeout, workdir)
+        return
+    _submit_one(opts, files[0], wait, follow, dry_run, replace, backend, timeout, workdir)
+
+
+def _submit_one(opts: ClusterOptions, file: str, wait: bool, follow: bool, dry_run: str | None,
+                replace: bool, backend: str | None, timeout: float | None,
+                workdir: str | None) -> None:
     from kdist import api
-    from kdist.cli.main import load
+    from kdist.cli.main import load, pack_code
     from kdist.rendering import to_yaml
 
     if follow and not wait:
         raise UsageError("--follow needs --wait")
     job = load(file, opts.namespace, backend)
+    code = pack_code(job, workdir)  # before any request: a refused workdir creates nothing
     started = time.monotonic()
     where = [opts.namespace or job.metadata.namespace or "default"]
 
     def said(sub: api.Submission) -> None:
+        from kdist.cli.main import say_pod_security
+
+        say_pod_security(file, sub.objects)
         if sub.replaced:
             click.echo(f"replaced: deleted {', '.join(sub.replaced)}")
         for w in sub.warnings:
             click.echo(f"warning: the API server says: {w}", err=True)
+        suffix = " (server dry run: accepted, nothing persisted)" if dry_run else ""
         for obj in sub.objects:
-            suffix = " (server dry run: accepted, nothing persisted)" if dry_run else ""
-            click.echo(f"{_ref(obj)} created in namespace {sub.namespace}{suffix}")
+            if obj.get("kind") != "ConfigMap":
+                click.echo(f"{_ref(obj)} created in namespace {sub.namespace}{suffix}")
+        if code is not None:
+            # One line for the code's ConfigMaps, however many chunks it took.
+            names = [o["metadata"]["name"] for o in sub.objects if o.get("kind") == "ConfigMap"]
+            span = names[0] if len(names) == 1 else f"{names[0]}..{names[-1].rsplit('-', 1)[1]}"
+            click.echo(f"configmap/{span} created in namespace {sub.namespace}{suffix} (code "
+                       f"{code.sha256[:12]}: {code.files} files, {len(code.archive):,} bytes "
+                       "packed)")
         if not wait and not dry_run:
             click.echo(f"follow it with `kdist -n {sub.namespace} status {sub.name}` or "
                        f"`kdist -n {sub.namespace} logs -f {sub.name}`")
@@ -110,12 +142,64 @@ def submit(opts: ClusterOptions, file: str, wait: bool, follow: bool, dry_run: s
         display = make_display(echo_logs=follow)
     with _watching(job.metadata.name, where):
         sub = api.submit(job, wait=wait, replace=replace, dry_run=dry_run, logs=True,
-                         timeout=timeout, observer=display, on_submitted=said, **_opts(opts))
+                         timeout=timeout, observer=display, on_submitted=said, code=code,
+                         **_opts(opts))
     if dry_run == "client":
+        from kdist.cli.main import say_pod_security
+
+        say_pod_security(file, sub.objects)
         click.echo(to_yaml(sub.objects), nl=False)
         return
     if sub.state is not None:
         _finish(sub.state, started)
+
+
+def _submit_many(opts: ClusterOptions, files: tuple[str, ...], wait: bool, follow: bool,
+                 dry_run: str | None, replace: bool, backend: str | None,
+                 timeout: float | None, workdir: str | None) -> None:
+    from kdist import api
+    from kdist.cli.main import load, pack_code, say_pod_security
+    from kdist.rendering import to_yaml
+
+    if follow:
+        raise UsageError("--follow follows one job; with several, use `kdist logs -f NAME`")
+    if workdir is not None:
+        raise UsageError("--workdir applies to one job; give each its spec.workdir")
+    jobs = [(file, load(file, opts.namespace, backend)) for file in files]  # all checked first
+    seen: dict[tuple[str, str], str] = {}
+    for file, job in jobs:
+        key = (job.metadata.namespace or opts.namespace or "", job.metadata.name)
+        if key in seen:
+            raise UsageError(f"{file}: job {key[1]} is also in {seen[key]}")
+        seen[key] = file
+    codes = [pack_code(job, None) for _, job in jobs]
+    by_namespace: dict[str, list[str]] = {}
+    for (file, job), code in zip(jobs, codes, strict=True):
+        sub = api.submit(job, wait=False, replace=replace, dry_run=dry_run, code=code,
+                         **_opts(opts))
+        say_pod_security(file, sub.objects)
+        if dry_run == "client":
+            click.echo(to_yaml(sub.objects), nl=False)
+            continue
+        for w in sub.warnings:
+            click.echo(f"warning: the API server says: {w}", err=True)
+        suffix = " (server dry run: accepted, nothing persisted)" if dry_run else ""
+        click.echo(f"{_ref(sub.objects[0])} created in namespace {sub.namespace}{suffix}")
+        by_namespace.setdefault(sub.namespace, []).append(sub.name)
+    if not wait or dry_run:
+        return
+    failed: list[str] = []
+    for ns, names in by_namespace.items():
+        def ended(state: Any) -> None:
+            click.echo(f"job {state.name} succeeded" if state.outcome == "Succeeded"
+                       else state.failure_line(), err=state.outcome != "Succeeded")
+        with _watching(", ".join(names), ns):
+            states = api.wait_many(names, timeout=timeout, check=False, on_end=ended,
+                                   **dict(_opts(opts), namespace=ns))
+        failed += [s.name for s in states if s.outcome != "Succeeded"]
+    if failed:
+        raise JobFailed(f"{len(failed)} of {len(files)} job(s) did not succeed: "
+                        f"{', '.join(failed)}")
 
 
 def _finish(state: Any, started: float) -> None:
@@ -191,13 +275,70 @@ def logs(opts: ClusterOptions, name: str, rank: int | None, follow: bool,
 
 @click.command("list")
 @click.option("-A", "--all-namespaces", is_flag=True, help="Jobs in every namespace.")
+@click.option("-w", "--watch", is_flag=True,
+              help="A live table (phase, ranks running, step/max, loss, samples/s, ETA) "
+                   "until Ctrl-C; one watcher for all jobs.")
+@click.option("-l", "--selector", default="", metavar="SELECTOR",
+              help="Only jobs with these labels (as kubectl's -l), with --watch.")
 @click.pass_obj
-def list_(opts: ClusterOptions, all_namespaces: bool) -> None:
+def list_(opts: ClusterOptions, all_namespaces: bool, watch: bool, selector: str) -> None:
     """List kdist jobs of both backends (Indexed Jobs and PyTorchJobs)."""
     from kdist import api
+
+    if watch:
+        from kdist.cli.jobs_table import JobsTable
+        from kdist.shared.signals import interruptible
+
+        table = JobsTable(namespaces=all_namespaces)
+        with interruptible():
+            try:
+                api.watch_jobs(all_namespaces=all_namespaces, selector=selector,
+                               on_update=table.update, **_opts(opts))
+            except KeyboardInterrupt:
+                pass
+            finally:
+                table.stop()
+        return
+    if selector:
+        raise UsageError("-l/--selector goes with --watch (or use kubectl get -l)")
     from kdist.cli.progress import print_jobs
 
     print_jobs(api.list_jobs(all_namespaces=all_namespaces, **_opts(opts)), all_namespaces)
+
+
+@click.command("wait")
+@click.argument("names", nargs=-1)
+@click.option("--all", "all_jobs", is_flag=True, help="Every kdist job in the namespace.")
+@click.option("-l", "--selector", default="", metavar="SELECTOR",
+              help="Every kdist job with these labels (as kubectl's -l).")
+@click.option("--timeout", type=Seconds(), metavar="SECONDS",
+              help="Stop waiting after SECONDS (exit 1; the jobs keep running).")
+@click.pass_obj
+def wait(opts: ClusterOptions, names: tuple[str, ...], all_jobs: bool, selector: str,
+         timeout: float | None) -> None:
+    """Wait for jobs to end: exit 0 when all succeeded, 1 when any failed or time ran out.
+
+    One watcher follows every job (three watches however many jobs); a line is
+    printed as each job ends.
+    """
+    from kdist import api
+
+    if bool(names) + all_jobs + bool(selector) != 1:
+        raise UsageError("give job NAMEs, or --all, or -l SELECTOR (one of them)")
+    for name in names:
+        _name(name)
+
+    def ended(state: Any) -> None:
+        if state.outcome == "Succeeded":
+            click.echo(f"job {state.name} succeeded")
+        else:
+            click.echo(f"{state.failure_line()}", err=True)
+
+    with _watching(", ".join(names) or "the jobs", api.namespace(**_opts(opts))):
+        states = api.wait_many(list(names), all_jobs=all_jobs, selector=selector,
+                               timeout=timeout, on_end=ended, **_opts(opts))
+    if not states:
+        click.echo("no kdist jobs to wait for")
 
 
 @click.command()
@@ -216,4 +357,4 @@ def delete(opts: ClusterOptions, name: str, wait: bool, timeout: float) -> None:
                + (" (every object is gone)" if wait else ""))
 
 
-COMMANDS = [submit, status, logs, list_, delete]
+COMMANDS = [submit, status, logs, list_, wait, delete]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -18,10 +18,12 @@ from kdist.cli.options import (
     global_options,
     job_file_argument,
     output_option,
+    workdir_option,
 )
 from kdist.shared.errors import KdistError, UsageError
 
 if TYPE_CHECKING:  # the spec model imports pydantic: not for `kdist --help`
+    from kdist.rendering.workdir import Packed
     from kdist.spec.model import TrainingJob
 
 STARTER = Path(__file__).with_name("starter.yaml")
@@ -87,6 +89,34 @@ def load(file: str, namespace: str | None = None, backend: str | None = None, *,
     return job
 
 
+def pack_code(job: TrainingJob, workdir: str | None) -> Packed | None:
+    """The job's code (--workdir, else spec.workdir), packed once for this command.
+
+    What was skipped (links leaving the tree, special files) is said on stderr;
+    what cannot be shipped raises WorkdirError (exit 2) before anything is sent.
+    """
+    if workdir is None and job.spec.workdir is None:
+        return None
+    from kdist.rendering.workdir import pack_workdir
+
+    code = pack_workdir(job, workdir)
+    assert code is not None
+    for line in code.warnings:
+        click.echo(f"warning: {code.origin}: {line}", err=True)
+    return code
+
+
+def say_pod_security(file: str, objects: list[dict[str, Any]]) -> None:
+    """One stderr line when the pods need more than Pod Security "restricted"; loud for
+    "privileged", which most namespaces refuse."""
+    from kdist.rendering.security import PRIVILEGED, assess
+
+    found = assess(objects)
+    line = found.line()
+    if line:
+        click.echo(f"{'warning: ' if found.level == PRIVILEGED else ''}{file}: {line}", err=True)
+
+
 def _warn_advice(file: str, job: TrainingJob) -> None:
     from kdist.spec import advice
 
@@ -98,6 +128,7 @@ def _warn_advice(file: str, job: TrainingJob) -> None:
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
 def validate(files: tuple[str, ...]) -> None:
     """Check job files; print every problem with its field path."""
+    from kdist.rendering import render as render_job
     from kdist.shared.errors import SpecError
     from kdist.spec import load_job
 
@@ -110,6 +141,16 @@ def validate(files: tuple[str, ...]) -> None:
             continue
         s = job.spec
         _warn_advice(file, job)
+        try:
+            pack_code(job, None)  # a workdir that cannot be shipped is a problem of the spec
+        except SpecError as e:
+            problems.extend(f"{file}: {p}" for p in e.problems)
+            continue
+        try:  # the overlay's merged pod and the Pod Security level need the rendered pods
+            say_pod_security(file, render_job(job))
+        except SpecError as e:
+            problems.extend(f"{file}: {p}" for p in e.problems)
+            continue
         click.echo(
             f"{file}: ok ({s.backend}, {s.nodes} node(s) x {s.procs_per_node} proc(s), "
             f"{s.dist_backend})"
@@ -122,13 +163,21 @@ def validate(files: tuple[str, ...]) -> None:
 @job_file_argument
 @output_option
 @backend_option
+@workdir_option
 @click.pass_obj
-def render(opts: ClusterOptions, file: str, output: str, backend: str | None) -> None:
-    """Print the Kubernetes objects for FILE (no cluster needed)."""
+def render(opts: ClusterOptions, file: str, output: str, backend: str | None,
+           workdir: str | None) -> None:
+    """Print the Kubernetes objects for FILE (no cluster needed).
+
+    With a workdir, its ConfigMaps come after the job, without owner references
+    (`kdist delete` finds them by label).
+    """
     from kdist.rendering import render as render_job
     from kdist.rendering import to_json, to_yaml
 
-    objects = render_job(load(file, opts.namespace, backend))
+    job = load(file, opts.namespace, backend)
+    objects = render_job(job, pack_code(job, workdir))
+    say_pod_security(file, objects)
     click.echo(to_yaml(objects) if output == "yaml" else to_json(objects), nl=False)
 
 
@@ -173,15 +222,18 @@ def _write_new(path: Path, text: str, force: bool) -> None:
 @main.command()
 @click.argument("file", required=False, type=click.Path(dir_okay=False))
 @click.option("--local", "local", is_flag=True, help="Run on this machine as local processes.")
-def run(file: str | None, local: bool) -> None:
+@workdir_option
+def run(file: str | None, local: bool, workdir: str | None) -> None:
     """Run FILE (default: the built-in starter job) as local process groups.
 
     Same container command and env contract as the pods get, master 127.0.0.1;
-    every line is prefixed with its rank. Exit code is the job's.
+    every line is prefixed with its rank. Exit code is the job's. With a workdir
+    (--workdir, spec.workdir) the nodes run in .kdist/NAME/workspace, a fresh copy
+    unpacked from the archive the pods would get.
     """
     if not local:
         raise UsageError("kdist run needs --local (use `kdist submit FILE` for a cluster)")
     from kdist.local import run_local
 
     job = load(file or str(STARTER), local=True)
-    sys.exit(run_local(job))
+    sys.exit(run_local(job, code=pack_code(job, workdir)))

@@ -10,7 +10,7 @@ import click
 from kdist.kube.config import ClusterOptions
 
 __all__ = ["ClusterOptions", "Seconds", "backend_option", "global_options", "job_file_argument",
-           "output_option"]
+           "output_option", "workdir_option"]
 
 MAX_SECONDS = 7 * 86400
 
@@ -67,4 +67,11 @@ backend_option = click.option(
 output_option = click.option(
     "-o", "--output", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True,
     help="Output format.",
+)
+
+workdir_option = click.option(
+    "--workdir", metavar="DIR",
+    help="Ship this directory with the job (relative to the current directory; overrides "
+         "spec.workdir): unpacked in /workspace, the workers' directory and first "
+         "PYTHONPATH entry.",
 )

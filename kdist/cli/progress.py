@@ -76,9 +76,12 @@ def _is_tty(stream: IO[str]) -> bool:
 class PlainDisplay:
     """One line per change of a rank's state; log lines as `[rank N] ...`."""
 
-    def __init__(self, out: IO[str] = sys.stdout, err: IO[str] = sys.stderr,
+    def __init__(self, out: IO[str] | None = None, err: IO[str] | None = None,
                  echo_logs: bool = False) -> None:
-        self.out, self.err, self.echo_logs = out, err, echo_logs
+        # The streams of the moment, not of import time: a program (or a test) may
+        # have replaced sys.stdout since.
+        self.out, self.err = out or sys.stdout, err or sys.stderr
+        self.echo_logs = echo_logs
         self.started = time.monotonic()
         self._last: dict[int, tuple[Any, int | None, float]] = {}
 
@@ -107,6 +110,8 @@ class PlainDisplay:
                 line += f" restarts {r.restarts}"
             if r.step is not None:
                 line += f" step {_step_text(r, state.max_steps)} loss {_loss_text(r)}"
+                if r.rank == 0:
+                    line += pace(state)
             self._print(line)
 
     def tick(self, state: JobState) -> None:
@@ -178,14 +183,14 @@ class LiveDisplay(PlainDisplay):
         self._drawn = now
         elapsed = duration(now - self.started)
         s = self._state
-        title = f"{s.kind or 'job'} {s.namespace}/{s.name}: {s.phase}, {elapsed}"
+        title = (f"{s.kind or 'job'} {s.namespace}/{s.name}: {s.phase}, {elapsed}{pace(s)}"
+                 f"{restarts_text(s, ', ')}")
         self.live.update(progress_table(s, title=title), refresh=True)
 
     def _print(self, text: str, err: bool = False) -> None:
         from rich.text import Text
 
-        style = "yellow" if err else None
-        self.live.console.print(Text(text, style=style), soft_wrap=True)
+        self.live.console.print(Text(text, style="yellow" if err else ""), soft_wrap=True)
 
     def stop(self) -> None:
         if self.live.is_started:
@@ -199,6 +204,28 @@ def make_display(echo_logs: bool = False) -> PlainDisplay:
 
 
 # ---- tables ---------------------------------------------------------------------------------
+
+
+def pace(state: JobState) -> str:
+    """", 5,120 samples/s, ETA 3m05s" from rank 0's last step line (empty when unknown)."""
+    r0 = state.ranks.get(0)
+    out = ""
+    if r0 is not None and r0.samples_per_s and not state.outcome:
+        out += f", {r0.samples_per_s:,.0f} samples/s"
+    eta = state.eta_s()
+    if eta is not None:
+        out += f", ETA {duration(eta)}"
+    return out
+
+
+def restarts_text(state: JobState, sep: str) -> str:
+    """"restart 1 of 2" (whole-job restarts so far, of spec.distributed.maxRestarts) once there
+    was one, or restarts are allowed; else ""."""
+    done = max((r.restarts for r in state.ranks.values()), default=0)
+    if not done and not state.max_restarts:
+        return ""
+    limit = f" of {state.max_restarts}" if state.max_restarts is not None else ""
+    return f"{sep}restart {done}{limit}"
 
 
 def progress_table(state: JobState, title: str) -> Any:
@@ -226,11 +253,24 @@ def print_status(state: JobState) -> None:
     console = Console(width=None if _is_tty(sys.stdout) else 200, highlight=False)
     head = (f"{state.kind} {state.namespace}/{state.name}: {state.phase}  "
             f"nodes {state.nodes or '-'}  elapsed {duration(job_elapsed(state))}")
+    head += pace(state)
+    if state.code:  # which version of the shipped workdir ran (sha256, as git shows hashes)
+        head += f"  code {state.code[:12]}"
+    head += restarts_text(state, "  ")
     if state.reason and state.outcome:
         head += f"  ({state.reason}{': ' + state.message if state.message else ''})"
     console.print(head, markup=False)
+    if state.queue_status and not state.outcome:
+        words = {"queued": "queued in", "never-fits": "can never be admitted in",
+                 "admitted": "admitted from"}[state.queue_status]
+        console.print(f"{words} LocalQueue {state.queue_name}: {state.queue_message}",
+                      markup=False)
     if state.outcome == "Failed" and state.first_failure() is not None:
         console.print(state.failure_line(), markup=False)
+    elif (bad := state.first_failure()) is not None:  # e.g. which rank hung, what was killed
+        said = f": {bad.said}" if bad.said else ""
+        console.print(f"restarted after rank {bad.rank} (pod {bad.pod}) exited with code "
+                      f"{bad.exit_code}{said}", markup=False)
     table = Table(box=None, pad_edge=False)
     for col in ("RANK", "POD", "PHASE", "RESTARTS", "STEP", "LOSS", "LOSS HISTORY", "NODE"):
         table.add_column(col, no_wrap=True)

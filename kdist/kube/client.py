@@ -45,7 +45,7 @@ class Cluster:
         self.server: str = str(configuration.host).rstrip("/")
         self.request_timeout = request_timeout
         self._pool = rest.RESTClientObject(configuration).pool_manager
-        self._has_pytorchjobs: bool | None = None
+        self._served: dict[str, bool] = {}  # kind -> served, from discovery
         self._lock = threading.Lock()
 
     @classmethod
@@ -197,19 +197,33 @@ class Cluster:
                               kind.collection(namespace), query)
         return [dict(i, kind=kind.kind) for i in answer.get("items") or []]
 
-    def has_pytorchjobs(self) -> bool:
-        """Whether the cluster serves kubeflow.org/v1 PyTorchJobs (asked once, by discovery)."""
+    def serves(self, kind: kinds.Kind) -> bool:
+        """Whether the cluster serves `kind` (asked once per kind, by discovery)."""
         with self._lock:
-            if self._has_pytorchjobs is None:
+            if kind.kind not in self._served:
                 try:
                     answer = self.request(Action("get", "apiresources"), "GET",
-                                          kinds.PYTORCHJOB.discovery())
-                    found = any(r.get("name") == kinds.KF_PLURAL
+                                          kind.discovery())
+                    found = any(r.get("name") == kind.plural
                                 for r in answer.get("resources") or [] if isinstance(r, dict))
                 except (JobNotFound, OperatorMissing):
-                    found = False  # 404: no such API group here
-                self._has_pytorchjobs = found
-            return self._has_pytorchjobs
+                    found = False  # 404: no such API group here (no operator, no Kueue)
+                self._served[kind.kind] = found
+            return self._served[kind.kind]
+
+    def has_pytorchjobs(self) -> bool:
+        """Whether the Kubeflow training operator's PyTorchJob is installed."""
+        return self.serves(kinds.PYTORCHJOB)
+
+    def workloads_of(self, job: dict[str, Any]) -> list[dict[str, Any]]:
+        """Kueue's Workloads of a queued job (none without Kueue or a queue label)."""
+        from kdist.shared.labels import KUEUE_JOB_UID, QUEUE
+
+        meta = job.get("metadata") or {}
+        if not (meta.get("labels") or {}).get(QUEUE) or not self.serves(kinds.WORKLOAD):
+            return []
+        return self.list_objects(kinds.WORKLOAD, meta.get("namespace"),
+                                 label_selector=f"{KUEUE_JOB_UID}={meta.get('uid', '')}")
 
     def training_kinds(self) -> list[kinds.Kind]:
         """The training kinds this cluster serves: Job, and PyTorchJob when installed."""
@@ -257,12 +271,12 @@ class Cluster:
 
     # -- delete ---------------------------------------------------------------------------
 
-    def delete(self, name: str, namespace: str, *, wait: bool = True,
-               timeout: float = 300) -> list[str]:
-        """Delete job `name` (foreground), its Service and pods; optionally wait until gone.
+    def delete(self, name: str, namespace: str) -> list[str]:
+        """Delete job `name` (foreground), its Service and pods (`sources.wait_gone` waits).
 
         Returns what was deleted (`job.batch/x`, ...). Works on jobs created by
-        `kubectl apply` of the rendered manifests too (no ownerReference there).
+        `kubectl apply` of the rendered manifests too (no ownerReference there):
+        their code ConfigMaps are found by label.
         """
         deleted = []
         for kind in (*self.training_kinds(), kinds.SERVICE):
@@ -273,10 +287,30 @@ class Cluster:
                 deleted.append(f"{kind.ref}/{name}")
             except (JobNotFound, OperatorMissing):
                 continue
+        deleted += self._delete_unowned_configmaps(name, namespace)
         if not deleted:
             raise JobNotFound(f"no job {name} in namespace {namespace}")
-        if wait:
-            self.wait_gone(name, namespace, timeout)
+        return deleted
+
+    def _delete_unowned_configmaps(self, name: str, namespace: str) -> list[str]:
+        """The code ConfigMaps of job `name` that no object owns (applied with kubectl).
+
+        Owned ones go with their job (foreground: before it). Only kdist's label
+        selects them, so a user's own ConfigMaps are never touched.
+        """
+        from kdist.shared.labels import selector_string
+
+        deleted = []
+        for cm in self.list_objects(kinds.CONFIGMAP, namespace,
+                                    label_selector=selector_string(name)):
+            meta = cm["metadata"]
+            if meta.get("ownerReferences"):
+                continue
+            try:
+                self.delete_object(kinds.CONFIGMAP, meta["name"], namespace)
+                deleted.append(f"{kinds.CONFIGMAP.ref}/{meta['name']}")
+            except JobNotFound:
+                continue  # deleted meanwhile
         return deleted
 
     def _is_kdist_object(self, kind: kinds.Kind, name: str, namespace: str) -> bool:
@@ -292,20 +326,6 @@ class Cluster:
         """Delete one named object, foreground (its dependents first)."""
         self.request(Action("delete", kind.plural, namespace, name), "DELETE",
                      kind.item(namespace, name), {"propagationPolicy": "Foreground"})
-
-    def wait_gone(self, name: str, namespace: str, timeout: float) -> None:
-        """Block until no object of job `name` is left, by watching (not polling)."""
-        from kdist.kube.reflector import wait_empty
-        from kdist.kube.sources import ApiSource
-        from kdist.shared.labels import selector_string
-
-        by_name, by_label = f"metadata.name={name}", selector_string(name)
-        sources = [ApiSource(self, kind, namespace, field_selector=by_name)
-                   for kind in self.training_kinds()]
-        sources += [ApiSource(self, kind, namespace, label_selector=by_label)
-                    for kind in (kinds.POD, kinds.SERVICE, kinds.ENDPOINTSLICE)]
-        for source in sources:
-            wait_empty(source, timeout)
 
     def watch_lines(self, path: str, query: dict[str, Any], read_timeout: float,
                     action: Action) -> Iterator[str]:

@@ -61,12 +61,14 @@ PYTORCHJOB = Kind("PyTorchJob", f"{KF_GROUP}/{KF_VERSION}", KF_PLURAL, "pytorchj
 SERVICE = Kind("Service", "v1", "services", "service")
 CONFIGMAP = Kind("ConfigMap", "v1", "configmaps", "configmap")
 POD = Kind("Pod", "v1", "pods", "pod")
+WORKLOAD = Kind("Workload", "kueue.x-k8s.io/v1beta2", "workloads", "workload.kueue.x-k8s.io")
 ENDPOINTSLICE = Kind("EndpointSlice", "discovery.k8s.io/v1", "endpointslices",
                      "endpointslice.discovery.k8s.io")
 
 #: The training objects, in the order a name is looked up.
 TRAINING = (JOB, PYTORCHJOB)
-BY_KIND = {k.kind: k for k in (JOB, PYTORCHJOB, SERVICE, CONFIGMAP, POD, ENDPOINTSLICE)}
+BY_KIND = {k.kind: k for k in (JOB, PYTORCHJOB, SERVICE, CONFIGMAP, POD, ENDPOINTSLICE,
+                                WORKLOAD)}
 
 
 def of(obj: dict) -> Kind:

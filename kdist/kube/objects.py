@@ -120,11 +120,32 @@ def job_phase(obj: dict[str, Any]) -> str:
         return done[0]
     status = obj.get("status") or {}
     conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
-    if conditions.get("Suspended") == "True":
-        return "Suspended"
+    if conditions.get("Suspended") == "True" or (obj.get("spec") or {}).get("suspend") or \
+            ((obj.get("spec") or {}).get("runPolicy") or {}).get("suspend"):
+        # A suspended job with a queue label waits for Kueue's admission.
+        return "Queued" if ((obj.get("metadata") or {}).get("labels") or {}).get(L.QUEUE) \
+            else "Suspended"
     if obj.get("kind") == "PyTorchJob":
         return "Running" if conditions.get("Running") == "True" else "Pending"
     return "Running" if (status.get("ready") or 0) > 0 else "Pending"
+
+
+def workload_state(workload: dict[str, Any]) -> tuple[str, str]:
+    """Kueue's verdict on a job: ("admitted" | "queued" | "never-fits", in its words).
+
+    QuotaReserved=False says why a job waits; Kueue says "... > maximum
+    capacity" when the job asks for more than the ClusterQueue can ever give.
+    """
+    status = workload.get("status") or {}
+    conditions = {c.get("type"): c for c in status.get("conditions") or []}
+    if (conditions.get("Admitted") or {}).get("status") == "True":
+        queue = (status.get("admission") or {}).get("clusterQueue", "")
+        return "admitted", f"admitted by ClusterQueue {queue}".strip()
+    reserved = conditions.get("QuotaReserved") or {}
+    message = " ".join(str(reserved.get("message") or "").split())
+    if "maximum capacity" in message:
+        return "never-fits", message
+    return "queued", message or "waiting for admission"
 
 
 def terminal_condition(obj: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:

@@ -42,11 +42,17 @@ class Source(Protocol):
 
 @dataclass
 class Backoff:
-    """Bounded exponential backoff: `attempts` tries, then give up."""
+    """Bounded exponential backoff: `attempts` tries, then give up.
+
+    With `give_up_after`, also give up once failures have gone on that long
+    (at least two of them): a wait that should be short fails within about
+    twice the request deadline instead of riding out minutes of backoff.
+    """
 
     attempts: int = 8
     first: float = 0.5
     cap: float = 15.0
+    give_up_after: float | None = None
 
     def delay(self, failure: int) -> float:
         return min(self.cap, self.first * 2 ** (failure - 1))
@@ -70,7 +76,7 @@ class Reflector:
         self.relists = 0
 
     def run(self) -> None:
-        failures = 0
+        failures, failing_since = 0, 0.0
         while not self.stop.is_set():
             try:
                 if self.resource_version is None:
@@ -91,7 +97,11 @@ class Reflector:
                 self.resource_version = None
             except Transient as e:
                 failures += 1
-                if failures >= self.backoff.attempts:
+                now = time.monotonic()
+                failing_since = now if failures == 1 else failing_since
+                limit = self.backoff.give_up_after
+                if failures >= self.backoff.attempts or (
+                        limit is not None and failures >= 2 and now - failing_since > limit):
                     raise ClusterError(
                         f"lost the watch on {self.source.what} after {failures} attempts: {e}"
                     ) from None
@@ -108,12 +118,13 @@ class Reflector:
         rv = (obj.get("metadata") or {}).get("resourceVersion")
         if rv:
             self.resource_version = rv
-        if kind != "BOOKMARK":
+        if kind is not None and kind != "BOOKMARK":
             self.emit(kind, obj)
 
 
-def wait_empty(source: Source, timeout: float) -> None:
-    """Block until `source` lists nothing (watching deletions); ClusterError after `timeout`."""
+def wait_empty(source: Source, timeout: float, give_up_after: float | None = None) -> None:
+    """Block until `source` lists nothing (watching deletions); ClusterError after `timeout`,
+    or once the server has failed for `give_up_after` seconds."""
     left: dict[str, str] = {}
     stop = threading.Event()
 
@@ -132,7 +143,7 @@ def wait_empty(source: Source, timeout: float) -> None:
 
     def run() -> None:
         try:
-            Reflector(source, emit, stop).run()
+            Reflector(source, emit, stop, Backoff(give_up_after=give_up_after)).run()
         except BaseException as e:  # handed to the waiting thread
             errors.append(e)
             stop.set()
@@ -236,6 +247,7 @@ class Sources:
     job: Source
     pods: Source
     logs: LogSource | None
+    queue: Source | None = None  # Kueue's Workload of a queued job
 
 
 class Session:
@@ -266,7 +278,10 @@ class Session:
         return t
 
     def start(self) -> None:
-        for name, source in (("job", self.sources.job), ("pods", self.sources.pods)):
+        watched = [("job", self.sources.job), ("pods", self.sources.pods)]
+        if self.sources.queue is not None:
+            watched.append(("queue", self.sources.queue))
+        for name, source in watched:
             def emit(kind: str, obj: Any, name: str = name) -> None:
                 self._q.put((name, kind, obj))
             self._thread(name, Reflector(source, emit, self.stop).run)
@@ -333,6 +348,7 @@ class Session:
                     tail: int | None = tail) -> None:
                 def emit(kind: str, payload: Any) -> None:
                     self._q.put(("logs", kind, payload))
+                assert self.sources.logs is not None  # follow_logs is False without one
                 try:
                     follow_log(self.sources.logs, pod, emit, self.stop, instance=key[1],
                                tail=tail)

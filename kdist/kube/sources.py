@@ -104,9 +104,30 @@ class PodLogs:
 
 def job_sources(cluster: Cluster, job: dict[str, Any]) -> Sources:
     """The job watch, the pod watch and the log reader that `reflector.Session` needs."""
+    from kdist.shared.labels import KUEUE_JOB_UID, QUEUE
+
     meta = job["metadata"]
     name, ns = meta["name"], meta["namespace"]
+    queued = bool((meta.get("labels") or {}).get(QUEUE)) and cluster.serves(kinds.WORKLOAD)
     return Sources(
         job=ApiSource(cluster, kinds.of(job), ns, field_selector=f"metadata.name={name}"),
         pods=ApiSource(cluster, kinds.POD, ns, label_selector=pod_selector(job)),
-        logs=PodLogs(cluster, ns))
+        logs=PodLogs(cluster, ns),
+        queue=ApiSource(cluster, kinds.WORKLOAD, ns,
+                        label_selector=f"{KUEUE_JOB_UID}={meta.get('uid', '')}")
+        if queued else None)
+
+
+def wait_gone(cluster: Cluster, name: str, namespace: str, timeout: float) -> None:
+    """Block until no object of job `name` is left, by watching (not polling)."""
+    from kdist.kube.reflector import wait_empty
+    from kdist.shared.labels import selector_string
+
+    by_name, by_label = f"metadata.name={name}", selector_string(name)
+    sources = [ApiSource(cluster, kind, namespace, field_selector=by_name)
+               for kind in cluster.training_kinds()]
+    sources += [ApiSource(cluster, kind, namespace, label_selector=by_label)
+                for kind in (kinds.POD, kinds.SERVICE, kinds.ENDPOINTSLICE, kinds.CONFIGMAP)]
+    for source in sources:
+        # A dead server fails this short wait within about two request deadlines.
+        wait_empty(source, timeout, give_up_after=cluster.request_timeout)

@@ -22,10 +22,13 @@ from kdist.kube.objects import (
     job_kind_backend,
     job_max_steps,
     job_nodes,
+    job_pod_templates,
     parse_record,
     pod_view,
     terminal_condition,
+    workload_state,
 )
+from kdist.shared import env as E
 from kdist.shared import exitcodes
 
 MAX_HISTORY = 500
@@ -44,6 +47,8 @@ class RankState:
     step: int | None = None
     loss: float | None = None
     losses: list[float] = field(default_factory=list)
+    samples_per_s: float | None = None  # the whole job's, as the rank's last step line said
+    steps_per_s: float | None = None
     world_size: int | None = None
     done: bool = False
     exit_code: int | None = None
@@ -80,6 +85,11 @@ class JobState:
     outcome: str | None = None  # Succeeded | Failed | Deleted once terminal
     reason: str = ""
     message: str = ""
+    queue_name: str = ""  # Kueue: the LocalQueue, and its verdict and words
+    queue_status: str = ""  # "" (no queue) | queued | admitted | never-fits
+    queue_message: str = ""
+    code: str = ""  # sha256 of the shipped workdir (spec.workdir), "" when none was
+    max_restarts: int | None = None  # spec.distributed.maxRestarts (from the pods' env)
     ranks: dict[int, RankState] = field(default_factory=dict)
     failures: list[Failure] = field(default_factory=list)
 
@@ -87,6 +97,9 @@ class JobState:
     def phase(self) -> str:
         if self.outcome:
             return self.outcome
+        if self.queue_status in ("queued", "never-fits") and \
+                all(r.phase in ("Pending", "Deleted") for r in self.ranks.values()):
+            return "Queued"
         if any(r.phase not in ("Pending", "Deleted") for r in self.ranks.values()):
             return "Running"
         return "Pending"
@@ -123,16 +136,38 @@ class JobState:
             what += f" [{self.reason}: {self.message}]" if self.message else f" [{self.reason}]"
         return what
 
+    def eta_s(self) -> float | None:
+        """Seconds left at the current pace: (max steps - step) / steps per second (rank 0)."""
+        r = self.ranks.get(0)
+        if self.outcome or r is None or r.step is None or not self.max_steps or \
+                not r.steps_per_s:
+            return None
+        return max(0.0, (self.max_steps - r.step) / r.steps_per_s)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name, "namespace": self.namespace, "kind": self.kind,
             "backend": self.backend, "nodes": self.nodes, "maxSteps": self.max_steps,
             "phase": self.phase, "created": self.created, "finished": self.finished,
-            "reason": self.reason, "message": self.message,
+            "reason": self.reason, "message": self.message, "etaSeconds": self.eta_s(),
+            "queue": ({"localQueue": self.queue_name, "status": self.queue_status,
+                       "message": self.queue_message} if self.queue_status else None),
+            "code": self.code or None, "maxRestarts": self.max_restarts,
             "ranks": [dict(self.ranks[r].to_dict(), phase=self.rank_phase(self.ranks[r]))
                       for r in sorted(self.ranks)],
             "failures": [f.__dict__ for f in sorted(self.failures, key=lambda f: f.finished_at)],
         }
+
+
+def template_env(obj: dict[str, Any], name: str) -> str:
+    """A variable of the job's pod template env (KDIST_CODE_SHA256: the shipped code's hash,
+    KDIST_MAX_RESTARTS); "" when it is not there."""
+    for template in job_pod_templates(obj):
+        for c in (template.get("spec") or {}).get("containers") or []:
+            for e in c.get("env") or []:
+                if e.get("name") == name and isinstance(e.get("value"), str):
+                    return e["value"]
+    return ""
 
 
 class Tracker:
@@ -157,9 +192,26 @@ class Tracker:
             return self.job_relist(payload) if kind == "relist" else self.job_event(kind, payload)
         if source == "pods":
             return self.pod_relist(payload) if kind == "relist" else self.pod_event(kind, payload)
+        if source == "queue":
+            items = payload if kind == "relist" else ([] if kind == "DELETED" else [payload])
+            return self.queue_event(items[-1]) if items else []
         if source == "logs" and kind == "log":
             self.log_line(*payload)
         return []
+
+    def queue_event(self, workload: dict[str, Any]) -> list[str]:
+        """Kueue's Workload of this job: queued (and why), admitted, or never fitting."""
+        s = self.state
+        verdict, message = workload_state(workload)
+        queue = (workload.get("spec") or {}).get("queueName") or s.queue_name or "?"
+        s.queue_name, s.queue_status, s.queue_message = queue, verdict, message
+        if verdict == "admitted":
+            return self._warn(("queue", verdict), f"job {s.name} {message}")
+        if verdict == "never-fits":
+            return self._warn(("queue", verdict), f"job {s.name} can never be admitted in "
+                                                  f"LocalQueue {queue}: {message}")
+        return self._warn(("queue", message), f"job {s.name} queued in LocalQueue {queue}: "
+                                              f"{message}")
 
     # -- job ------------------------------------------------------------------------------
 
@@ -176,6 +228,8 @@ class Tracker:
         s.kind, s.backend = job_kind_backend(obj)
         s.nodes = job_nodes(obj) or s.nodes
         s.max_steps = job_max_steps(obj)
+        s.code = template_env(obj, E.CODE_SHA256)
+        s.max_restarts = int(m) if (m := template_env(obj, E.MAX_RESTARTS)).isdigit() else None
         s.created = meta.get("creationTimestamp") or s.created
         for r in range(s.nodes or 0):
             s.rank(r)
@@ -229,7 +283,8 @@ class Tracker:
     def _forget(self, view: PodView) -> None:
         self._pods.pop(view.uid, None)
         self._by_name.pop(view.name, None)
-        self._refresh_rank(view.rank, gone=view)
+        if view.rank is not None:
+            self._refresh_rank(view.rank, gone=view)
 
     def pod_started(self, pod_name: str) -> bool:
         """Whether the pod's main container has run (so it has a log)."""
@@ -322,6 +377,8 @@ class Tracker:
                 and not evicted):
             code = term.get("exitCode")
             hint = f": {exitcodes.describe(code)}" if isinstance(code, int) else ""
+            if code == exitcodes.HUNG and v.said:  # which rank hung, as the launcher said
+                hint += f"; {v.said.removeprefix('kdist.launch: ')}"
             out += self._warn(("exit", v.uid, name, restarts),
                               f"{who}: container {name} exited with code {code} "
                               f"({term.get('reason', 'Error')}){hint}")
@@ -347,6 +404,10 @@ class Tracker:
             if isinstance(loss, (int, float)) and math.isfinite(loss):
                 r.loss = float(loss)
                 r.losses = (r.losses + [float(loss)])[-MAX_HISTORY:]
+            for name in ("samples_per_s", "steps_per_s"):
+                value = record.get(name)
+                if isinstance(value, (int, float)) and math.isfinite(value) and value > 0:
+                    setattr(r, name, float(value))
         elif record["event"] == "resume" and isinstance(record.get("step"), int):
             r.step = record["step"]  # a restarted rank goes on from its checkpoint
         elif record["event"] == "done":

@@ -20,8 +20,15 @@ RULES: list[dict[str, Any]] = [
     # `kdist delete` waits until the Service's EndpointSlices are gone too.
     {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"],
      "verbs": ["list", "watch"]},
+    # spec.workdir's code: created with the job; `kdist delete` lists the ones no
+    # object owns (applied with kubectl) to delete them, then watches until all are gone.
+    {"apiGroups": [""], "resources": ["configmaps"],
+     "verbs": ["create", "list", "watch", "delete"]},
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
+    # A queued job's state while it waits: Kueue's Workload (only where Kueue runs).
+    {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"],
+     "verbs": ["get", "list", "watch"]},
 ]
 
 

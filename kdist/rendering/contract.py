@@ -5,8 +5,10 @@ runner both build pods' processes from here, so they cannot drift apart."""
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 from kdist.shared import env as E
+from kdist.shared import labels as L
 from kdist.spec.model import TrainingJob
 from kdist.spec.quantity import parse_quantity
 
@@ -24,9 +26,9 @@ def launch_argv(job: TrainingJob) -> list[str]:
 def procs_hint(job: TrainingJob) -> int:
     """Processes per pod as far as the spec knows (`auto` = one per requested GPU)."""
     ppn = job.spec.procs_per_node
-    if ppn == "auto":
-        return max(1, job.spec.resources.gpus)
-    return ppn
+    if isinstance(ppn, int):
+        return ppn
+    return max(1, job.spec.resources.gpus)  # "auto"
 
 
 def omp_threads(job: TrainingJob) -> int:
@@ -64,8 +66,68 @@ def env_contract(
     env[E.MAX_RESTARTS] = str(s.distributed.max_restarts)
     env[E.RDZV_TIMEOUT] = str(s.distributed.rendezvous_timeout_seconds)
     env[E.PG_TIMEOUT] = str(s.distributed.collective_timeout_seconds)
+    if s.distributed.progress_timeout_seconds:
+        env[E.PROGRESS_TIMEOUT] = str(s.distributed.progress_timeout_seconds)
     if s.checkpoint is not None:
         env[E.CHECKPOINT_DIR] = s.checkpoint.path
     env["OMP_NUM_THREADS"] = str(omp_threads(job))
     env.update(s.env)
     return env
+
+
+def field_env(job: TrainingJob) -> list[dict[str, str]]:
+    """Env read from the pod's own annotations (downward API): [{name, path}].
+
+    Indexed Job: the node rank is the completion index; with restarts allowed,
+    the Job controller's failure counts of the index, from which the launcher
+    tells which restart this is (kdist.runtime.restarts). A PyTorchJob's
+    operator injects what its pods need.
+    """
+    if job.spec.backend != "indexed-job":
+        return []
+    out = [{"name": E.NODE_RANK, "path": L.COMPLETION_INDEX}]
+    if job.spec.distributed.max_restarts:
+        failed, ignored = L.INDEX_FAILURES
+        out += [{"name": E.INDEX_FAILURES, "path": failed},
+                {"name": E.INDEX_IGNORED_FAILURES, "path": ignored}]
+    return [{"name": e["name"], "path": f"metadata.annotations['{e['path']}']"} for e in out]
+
+
+def expand_refs(text: str, env: Mapping[str, str]) -> str:
+    """``$(NAME)`` in ``text`` replaced as the kubelet replaces it in a container's args.
+
+    Kubernetes' own rules (third_party/forked/golang/expansion): ``$(NAME)`` of a
+    variable in ``env`` becomes its value; ``$$`` is one ``$``; an unknown name,
+    an unclosed ``$(`` and ``$`` before anything else stay as written. ``kdist run
+    --local`` applies it with the container's env (the contract and spec.env, as
+    rendered), never the host's, so ``$(HOME)`` stays literal there as in a pod.
+    """
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        dollar = text.find("$", i)
+        if dollar < 0 or dollar + 1 >= len(text):
+            out.append(text[i:])
+            break
+        out.append(text[i:dollar])
+        after = text[dollar + 1]
+        if after == "$":
+            out.append("$")
+            i = dollar + 2
+        elif after == "(" and (close := text.find(")", dollar + 2)) >= 0:
+            name = text[dollar + 2:close]
+            out.append(env[name] if name in env else text[dollar:close + 1])
+            i = close + 1
+        else:  # "$(" unclosed, or "$x": kept; scanning goes on after the "$"
+            out.append("$")
+            i = dollar + 1
+    return "".join(out)
+
+
+def expanded_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The container's env with ``$(NAME)`` in values expanded as the kubelet does:
+    each value from the variables listed before it, in order."""
+    done: dict[str, str] = {}
+    for name, value in env.items():
+        done[name] = expand_refs(value, done)
+    return done

@@ -10,20 +10,24 @@ from __future__ import annotations
 import json
 import re
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jinja2
 import yaml
 
-from kdist.rendering.contract import env_contract, launch_argv, master_service_addr
+from kdist.rendering import overlay, podspec
+from kdist.rendering.contract import env_contract, field_env, launch_argv, master_service_addr
 from kdist.rendering.labels import object_labels
 from kdist.rendering.yamlout import dump_objects
 from kdist.shared import env as E
 from kdist.shared import exitcodes
 from kdist.shared import labels as L
-from kdist.shared.errors import RenderError
+from kdist.shared.errors import RenderError, SpecError
 from kdist.spec.model import TrainingJob
 from kdist.spec.quantity import format_bytes, parse_quantity
+
+if TYPE_CHECKING:  # the packer imports pathspec: only when code is shipped
+    from kdist.rendering.workdir import Packed
 
 RUN_AS_UID = 1000
 _YAML_UNSAFE = re.compile("[\x7f-\x9f\u2028\u2029\ufeff\ufffe\uffff]")
@@ -60,16 +64,35 @@ def with_backend(job: TrainingJob, backend: str | None) -> TrainingJob:
     return job.model_copy(update={"spec": job.spec.model_copy(update={"backend": backend})})
 
 
-def render(job: TrainingJob) -> list[dict[str, Any]]:
-    """Every Kubernetes object for `job`, in creation order. Pure and deterministic."""
-    ctx = _context(job)
+def render(job: TrainingJob, code: Packed | None = None) -> list[dict[str, Any]]:
+    """Every Kubernetes object for `job`, in creation order. Pure and deterministic.
+
+    `code` is the packed workdir (``kdist.rendering.workdir.pack``; reading the tree
+    is the caller's, once per command): its ConfigMaps come last, so that the
+    submitter makes them owned by the training object, the first.
+    """
+    configmaps = _code_configmaps(job, code)
+    ctx = _context(job, code, configmaps)
     if job.spec.backend == "pytorchjob":
         names = ["pytorchjob.yaml.j2"]
     else:
         names = ["job.yaml.j2", "service.yaml.j2"]
     objects = [_render_one(name, ctx) for name in names]
     _check(job, objects, ctx)
-    return objects
+    _check_code(job, objects, configmaps)
+    _apply_overlay(job, objects[0])
+    return objects + configmaps
+
+
+def _apply_overlay(job: TrainingJob, obj: dict[str, Any]) -> None:
+    """spec.podTemplateOverlay on every replica's pod template, then the merged pods' checks."""
+    patch = job.spec.pod_template_overlay
+    for template in _pod_templates(obj):
+        if patch:
+            merged = overlay.apply(template, patch)
+            template.clear()
+            template.update(merged)
+        overlay.check_pod_template(template, overlaid=bool(patch))
 
 
 def _render_one(template: str, ctx: dict[str, Any]) -> dict[str, Any]:
@@ -86,7 +109,8 @@ def _render_one(template: str, ctx: dict[str, Any]) -> dict[str, Any]:
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-def _context(job: TrainingJob) -> dict[str, Any]:
+def _context(job: TrainingJob, code: Packed | None = None,
+             configmaps: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     s, name = job.spec, job.metadata.name
     indexed = s.backend == "indexed-job"
     job_labels = object_labels(job, "training")
@@ -95,6 +119,10 @@ def _context(job: TrainingJob) -> dict[str, Any]:
     argv = launch_argv(job)
     master = master_service_addr(job) if indexed else None
     env = env_contract(job, node_rank=None, master_addr=master)
+    if code is not None:
+        env[E.CODE_SHA256] = code.sha256
+    env.update(podspec.gpu_env(job, env))
+    env.update(podspec.socket_env(job, env))
     pod = {
         "labels": object_labels(job, "worker"),
         "subdomain": name if indexed else "",
@@ -111,12 +139,12 @@ def _context(job: TrainingJob) -> dict[str, Any]:
         "port_name": "rendezvous" if indexed else "pytorchjob-port",
         "port": s.distributed.port,
         "env": [{"name": k, "value": v} for k, v in env.items()],
-        "node_rank_from_index": indexed,
-        "node_rank_env": E.NODE_RANK,
+        "field_env": field_env(job),  # the node rank and restart counts (Indexed Job)
         "env_from": [e.model_dump(by_alias=True, exclude_none=True) for e in s.env_from],
         "resources": _resources(job),
-        "volume_mounts": _mounts(job),
-        "volumes": _volumes(job),
+        "volume_mounts": _mounts(job) + _code_mounts(configmaps) + podspec.volume_mounts(job),
+        "volumes": _volumes(job) + _code_volumes(configmaps) + podspec.volumes(job),
+        **podspec.pod_fields(job),
     }
     workers = s.nodes - 1
     return {
@@ -135,6 +163,9 @@ def _context(job: TrainingJob) -> dict[str, Any]:
         "replicas": [{"type": "Master", "count": 1}]
         + ([{"type": "Worker", "count": workers}] if workers else []),
         "pod_spec": pod,
+        # Kueue admits a queued job by unsuspending it: no pod starts before the
+        # whole job has quota (all-or-nothing admission).
+        "suspend": bool(s.scheduling.queue),
     }
 
 
@@ -145,7 +176,8 @@ def _resources(job: TrainingJob) -> dict[str, Any]:
     limits = dict(amounts)
     if r.gpus:
         limits["nvidia.com/gpu"] = str(r.gpus)
-    return {"requests": amounts, "limits": limits}
+    extended = podspec.extended_resources(job)
+    return {"requests": {**amounts, **extended}, "limits": {**limits, **extended}}
 
 
 def shm_size(job: TrainingJob) -> str:
@@ -172,6 +204,55 @@ def _volumes(job: TrainingJob) -> list[dict[str, Any]]:
         source = ckpt.volume.model_dump(by_alias=True, exclude_none=True)
         volumes.append({"name": "checkpoint", **source})
     return volumes
+
+
+CODE_VOLUME, WORKSPACE_VOLUME = "kdist-code", "kdist-workspace"
+
+
+def _code_configmaps(job: TrainingJob, code: Packed | None) -> list[dict[str, Any]]:
+    if code is None:
+        return []
+    from kdist.rendering.code_configmaps import to_configmaps
+
+    ckpt = job.spec.checkpoint
+    if ckpt is not None and ckpt.path.rstrip("/") == E.DEFAULT_CODE_DIR:
+        raise SpecError([f"spec.checkpoint.path: {ckpt.path} is where the shipped workdir is "
+                         "unpacked; choose another path (e.g. /checkpoints)"])
+    return to_configmaps(job.metadata.name, job.metadata.namespace, code,
+                         object_labels(job, "code"))
+
+
+def _code_mounts(configmaps: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    if not configmaps:
+        return []
+    return [{"name": CODE_VOLUME, "mountPath": E.DEFAULT_CODE_MOUNT, "readOnly": True},
+            {"name": WORKSPACE_VOLUME, "mountPath": E.DEFAULT_CODE_DIR}]
+
+
+def _code_volumes(configmaps: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    """The parts, projected read-only into one directory; a fresh emptyDir to unpack into."""
+    if not configmaps:
+        return []
+    from kdist.rendering.code_configmaps import code_volume
+
+    return [code_volume(configmaps, CODE_VOLUME), {"name": WORKSPACE_VOLUME, "emptyDir": {}}]
+
+
+def _check_code(job: TrainingJob, objects: list[dict[str, Any]],
+                configmaps: list[dict[str, Any]]) -> None:
+    """Every pod mounts exactly the ConfigMaps rendered with it, in order, and nothing else."""
+    names = [cm["metadata"]["name"] for cm in configmaps]
+    for cm in configmaps:
+        meta = cm["metadata"]
+        if meta.get("namespace") != job.metadata.namespace or any(
+                meta["labels"].get(k) != v for k, v in job.metadata.labels.items()):
+            raise RenderError(f"ConfigMap {meta['name']} differs from the job's namespace/labels")
+    for template in _pod_templates(objects[0]):
+        volumes = {v["name"]: v for v in template["spec"].get("volumes") or []}
+        code = volumes.get(CODE_VOLUME)
+        mounted = [s["configMap"]["name"] for s in code["projected"]["sources"]] if code else []
+        if mounted != names:
+            raise RenderError(f"pods mount code ConfigMaps {mounted}, rendered {names}")
 
 
 def _check(job: TrainingJob, objects: list[dict[str, Any]], ctx: dict[str, Any]) -> None:

@@ -85,7 +85,7 @@ def _represent_list(dumper: yaml.SafeDumper, data: list[Any]) -> yaml.SequenceNo
     return dumper.represent_sequence("tag:yaml.org,2002:seq", data, flow_style=flow)
 
 
-class _Dumper(_Base):  # type: ignore[misc,valid-type]
+class _Dumper(_Base):
     """Safe dumper whose strings read back as strings under YAML 1.1, 1.2 and go-yaml v2."""
 
 

@@ -17,10 +17,40 @@ MAX_RESTARTS = "KDIST_MAX_RESTARTS"
 RDZV_TIMEOUT = "KDIST_RDZV_TIMEOUT"
 PG_TIMEOUT = "KDIST_PG_TIMEOUT"
 CHECKPOINT_DIR = "KDIST_CHECKPOINT_DIR"
+#: GPUs the pod requested (resources.gpus), set with procsPerNode auto: the launcher
+#: starts that many workers instead of counting what the runtime happens to expose.
+GPUS = "KDIST_GPUS"
 #: Set by ``kdist run --local``: the launcher prefixes its workers' lines with ``[rank N]``.
 LOG_PREFIX = "KDIST_LOG_PREFIX"
+#: spec.distributed.progressTimeoutSeconds, when set: no output from any rank for this
+#: long (after the first) ends the attempt as a hang (exitcodes.HUNG).
+PROGRESS_TIMEOUT = "KDIST_PROGRESS_TIMEOUT"
+#: Which whole-job restart this is (0 = the first run), as the workers see it; the
+#: launcher sets TORCHELASTIC_RESTART_COUNT to the same. ``kdist run --local`` gives it to
+#: the launcher; a pod's launcher works it out (kdist.runtime.restarts).
+RESTART_COUNT = "KDIST_RESTART_COUNT"
+#: Indexed Job pods: the Job controller's per-index failure counts (downward API
+#: annotations batch.kubernetes.io/job-index-failure-count and -ignored-failure-count).
+INDEX_FAILURES = "KDIST_INDEX_FAILURES"
+INDEX_IGNORED_FAILURES = "KDIST_INDEX_IGNORED_FAILURES"
+#: Launcher -> worker wrapper: the directory of one pipe per local rank that the
+#: worker's stdout and stderr go to (kdist.runtime.output).
+OUTPUT_PIPES = "KDIST_OUTPUT_PIPES"
 #: Fault drills: ``RANK:STEP`` makes that rank SIGKILL itself at that step.
 FAULT_KILL_AT = "KDIST_FAULT_KILL_AT"
+
+# spec.workdir: the shipped code (packed by kdist.rendering.workdir, unpacked by
+# kdist.launch_code). The hash being set is what tells the launcher code was shipped.
+#: sha256 of the uncompressed tar: the code's identity (the unpacker checks it, status shows it).
+CODE_SHA256 = "KDIST_CODE_SHA256"
+#: Where to unpack (default DEFAULT_CODE_DIR): the workers' cwd and first PYTHONPATH entry.
+CODE_DIR = "KDIST_CODE_DIR"
+#: Where the parts are (default DEFAULT_CODE_MOUNT).
+CODE_SRC = "KDIST_CODE_SRC"
+#: Where a pod mounts the code's ConfigMaps (one projected volume, read-only).
+DEFAULT_CODE_MOUNT = "/var/run/kdist/code"
+#: Where the launcher unpacks the code in a pod (a writable emptyDir) and runs the workers.
+DEFAULT_CODE_DIR = "/workspace"
 
 #: Every name a user's spec.env or envFrom prefix may not set or shadow.
 PREFIX = "KDIST_"

@@ -25,6 +25,10 @@ class SpecError(KdistError):
         super().__init__("\n".join(self.problems))
 
 
+class WorkdirError(SpecError):
+    """The workdir cannot be shipped as it is (exit code 2); one line per problem."""
+
+
 class UsageError(KdistError):
     """A flag, an argument or the kubeconfig is wrong (not the spec itself)."""
 

@@ -14,6 +14,9 @@ read from the exit code, the one thing all three can see:
 - ``PEER_LOST``: this process was fine, but a peer vanished under it (a
   collective or the store failed on the network). Retried with the gang;
   in the code-error range it would fail the job for another pod's fault.
+- ``HUNG``: no rank made progress for ``progressTimeoutSeconds``
+  (``KDIST_PROGRESS_TIMEOUT``): the launcher stopped its workers. Retried:
+  a hang is most often a peer or the network, rarely the code.
 """
 
 from __future__ import annotations
@@ -23,6 +26,9 @@ import signal
 #: A peer of this process was lost: retry the whole gang. Above every 128+signal
 #: code Linux can produce (signals end at 64), so it reads as nothing else.
 PEER_LOST = 203
+
+#: The job made no progress for progressTimeoutSeconds: the launcher stopped its workers.
+HUNG = 204
 
 #: The exit codes that fail a job at once, without a retry.
 CODE_ERRORS = range(1, 128)
@@ -62,6 +68,8 @@ def describe(code: int) -> str:
         return "succeeded"
     if code == PEER_LOST:
         return "lost a peer (retryable)"
+    if code == HUNG:
+        return "hung: no progress within progressTimeoutSeconds (retryable)"
     if code > 128 and code - 128 <= 64:
         try:
             return f"killed by {signal.Signals(code - 128).name} (retryable)"

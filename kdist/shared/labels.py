@@ -10,6 +10,12 @@ NAME = "app.kubernetes.io/name"
 INSTANCE = "app.kubernetes.io/instance"
 MANAGED_BY = "app.kubernetes.io/managed-by"
 QUEUE = "kueue.x-k8s.io/queue-name"
+#: Kueue's label on a Workload naming the uid of the job it admits.
+KUEUE_JOB_UID = "kueue.x-k8s.io/job-uid"
+# On each ConfigMap of a shipped workdir (the mounted files cannot carry them).
+CODE_SHA256 = f"{DOMAIN}/code-sha256"
+CODE_PART = f"{DOMAIN}/code-part"
+CODE_PARTS = f"{DOMAIN}/code-parts"
 
 # Where the rank of a pod can be read, per backend.
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"

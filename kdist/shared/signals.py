@@ -14,14 +14,35 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 
+class Interrupted(KeyboardInterrupt):
+    """A KeyboardInterrupt that remembers the signal that raised it.
+
+    ``kdist run --local`` passes a SIGTERM on to the nodes as SIGTERM (as a pod's
+    SIGTERM reaches its workers) and exits 143, not 130.
+    """
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _raise(signum: int, frame: object) -> None:
+    raise Interrupted(signum)
+
+
+def received(e: BaseException) -> int:
+    """The signal behind a KeyboardInterrupt (SIGINT unless it says otherwise)."""
+    return getattr(e, "signum", signal.SIGINT)
+
+
 @contextmanager
 def interruptible() -> Iterator[None]:
-    """Within the block, SIGINT and SIGTERM raise KeyboardInterrupt (main thread only)."""
+    """Within the block, SIGINT and SIGTERM raise ``Interrupted`` (a KeyboardInterrupt
+    naming the signal; main thread only)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = {sig: signal.signal(sig, signal.default_int_handler)
-                for sig in (signal.SIGINT, signal.SIGTERM)}
+    previous = {sig: signal.signal(sig, _raise) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:

@@ -172,3 +172,71 @@ def mount_path(value: str) -> str:
     if norm == "/" or any(norm == d or norm.startswith(d + "/") for d in SYSTEM_DIRS):
         raise ValueError(f"{value!r} is (or is inside) a system directory; use e.g. /checkpoints")
     return value
+
+
+def workdir(value: str) -> str:
+    """A local directory to ship with the job (read when packing, never by the model)."""
+    if not value.strip() or "\0" in value or len(value) > 4096:
+        raise ValueError(f"{value[:60]!r} must be a directory path (relative to the job file)")
+    return value
+
+
+# A Linux interface name (IFNAMSIZ 16 with the NUL); NCCL and gloo take a comma list.
+_IFACE = re.compile(r"[A-Za-z0-9_.:@-]{1,15}")
+
+
+def socket_interface(value: str) -> str:
+    """`eth0` or `eth0,eth1`: names both NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME read."""
+    names = value.split(",")
+    if not all(_IFACE.fullmatch(n) and n not in (".", "..") for n in names):
+        raise ValueError(
+            f"{value!r} must be network interface names (e.g. eth0 or eth0,eth1); NCCL's "
+            "^prefix and =exact forms go in spec.env.NCCL_SOCKET_IFNAME")
+    return value
+
+
+# Native resources (cpu, memory, hugepages-*, ...) live in the kubernetes.io domain.
+_NATIVE_DOMAIN = re.compile(r"(.+\.)?kubernetes\.io")
+GPU_RESOURCE = "nvidia.com/gpu"
+
+
+def extended_name(name: str) -> str:
+    """An extended resource's name: `domain/name`, outside the kubernetes.io domain."""
+    prefix, slash, _ = name.partition("/")
+    if not slash:
+        raise ValueError(f"{name!r} is not an extended resource: it needs a domain, e.g. "
+                         "rdma/hca or vpc.amazonaws.com/efa")
+    label_key(name)
+    if _NATIVE_DOMAIN.fullmatch(prefix) or prefix.startswith("requests."):
+        raise ValueError(f"{name!r} is a native resource name, not an extended one")
+    if name == GPU_RESOURCE:
+        raise ValueError(f"{name}: use resources.gpus")
+    return name
+
+
+def extended_count(value: Any) -> Any:
+    """How many of an extended resource: a whole number >= 1, as text."""
+    text = scalar_str(value)  # a YAML number only when its text is its value (010 is not 10)
+    if not isinstance(text, str) or not re.fullmatch(r"[1-9][0-9]{0,17}", text):
+        raise ValueError(f"{value!r} must be a whole number >= 1 (extended resources cannot "
+                         "be fractional)")
+    return text
+
+
+# NCCL reads NCCL_DEBUG case-insensitively and ignores a value it does not know.
+NCCL_DEBUG_LEVELS = ("VERSION", "WARN", "INFO", "TRACE", "ABORT")
+
+
+def nccl_env(env: dict[str, str]) -> dict[str, str]:
+    """NCCL_DEBUG passes through as given, but a typo would silently log nothing."""
+    level = env.get("NCCL_DEBUG")
+    if level is not None and level.upper() not in NCCL_DEBUG_LEVELS:
+        raise ValueError(f"NCCL_DEBUG {level!r} is not one of {', '.join(NCCL_DEBUG_LEVELS)}")
+    return env
+
+
+def mount_free(path: str, others: list[str], what: str) -> None:
+    """Refuse a second volume at `path` (the API server refuses duplicate mount paths)."""
+    norm = path.rstrip("/") or "/"
+    if any((o.rstrip("/") or "/") == norm for o in others):
+        raise ValueError(f"{what} {path!r} is also a spec.pod.volumes mountPath")

@@ -40,7 +40,21 @@ def load_job(path: str | Path) -> TrainingJob:
         raise SpecError([f"{path}: cannot read: {e.strerror or e}"]) from None
     except ValueError as e:
         raise SpecError([f"{path}: cannot read: {e}"]) from None
-    return parse_job(data, source=str(path))
+    return with_workdir_base(parse_job(data, source=str(path)), path.parent)
+
+
+def with_workdir_base(job: TrainingJob, base: str | Path) -> TrainingJob:
+    """The job with a relative spec.workdir made relative to `base` (the job file's directory).
+
+    The spec says "relative to the job file", so `kdist submit dir/job.yaml` ships
+    `dir/code` whatever the current directory; text parsed without a file stays
+    relative to the current directory.
+    """
+    workdir = job.spec.workdir
+    if workdir is None or os.path.isabs(workdir) or str(base) in ("", "."):
+        return job
+    spec = job.spec.model_copy(update={"workdir": os.path.join(base, workdir)})
+    return job.model_copy(update={"spec": spec})
 
 
 def read_bounded(path: str | os.PathLike[str], limit: int) -> bytes:
@@ -89,7 +103,7 @@ def _problems(err: ValidationError, doc: dict[str, Any]) -> list[str]:
     out: list[str] = []
     for item in err.errors(include_url=False):
         loc = _clean_loc(item["loc"])
-        message = _message(item, loc, doc)
+        message = _message(dict(item), loc, doc)
         line = f"{_path(loc)}: {message}" if loc else message
         if line not in out:
             out.append(line)

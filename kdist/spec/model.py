@@ -23,7 +23,10 @@ from pydantic.alias_generators import to_camel
 
 from kdist.shared.labels import QUEUE
 from kdist.spec import checks as C
+from kdist.spec.affinity import Affinity, TopologySpreadConstraint
 from kdist.spec.checks import INT32_MAX, INT64_MAX, MAX_NODES
+from kdist.spec.overlay import check_overlay
+from kdist.spec.pod import PodSettings
 
 EnvName = Annotated[str, AfterValidator(C.env_name)]
 # A string a process receives (args, env values): YAML numbers only when their
@@ -32,12 +35,15 @@ ProcStr = Annotated[str, BeforeValidator(C.scalar_str), AfterValidator(C.no_nul)
                     Field(max_length=100_000)]
 
 
+ExtendedName = Annotated[str, AfterValidator(C.extended_name)]
+ExtendedCount = Annotated[str, BeforeValidator(C.extended_count)]
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(
         frozen=True,
         extra="forbid",
         alias_generator=to_camel,
-        str_strict=True,
     )
 
 
@@ -94,6 +100,17 @@ class Distributed(_Model):
     # how long a collective may wait on a silent peer before the job fails.
     rendezvous_timeout_seconds: Annotated[StrictInt, Field(ge=1, le=86400)] = 300
     collective_timeout_seconds: Annotated[StrictInt, Field(ge=1, le=86400)] = 300
+    # The hang watchdog (kdist.runtime.watchdog): no rank printed anything (kdist's
+    # workloads: no log line) for this long -> a retryable hang, the gang restarts. 0 = off.
+    progress_timeout_seconds: Annotated[StrictInt, Field(ge=0, le=86400)] = 0
+    # The interface(s) NCCL and gloo use for their sockets (hostNetwork, Multus):
+    # rendered as NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME unless spec.env sets them.
+    socket_interface: str | None = None
+
+    @field_validator("socket_interface")
+    @classmethod
+    def _iface(cls, v: str | None) -> str | None:
+        return v if v is None else C.socket_interface(v)
 
 
 class Resources(_Model):
@@ -101,6 +118,8 @@ class Resources(_Model):
     cpu: str = "1"
     memory: str = "2Gi"
     shm: str | None = None
+    # Extended resources (rdma/*, vpc.amazonaws.com/efa, ...): whole numbers, requests = limits.
+    extended: dict[ExtendedName, ExtendedCount] = {}
 
     _str = field_validator("cpu", "memory", "shm", mode="before")(classmethod(
         lambda cls, v: C.scalar_str(v)))
@@ -229,6 +248,9 @@ class Scheduling(_Model):
     tolerations: list[Toleration] = []
     priority_class_name: str = ""
     queue: str = ""
+    affinity: Affinity | None = None
+    topology_spread_constraints: list[TopologySpreadConstraint] = []
+    scheduler_name: str = ""
 
     @field_validator("node_selector")
     @classmethod
@@ -239,6 +261,11 @@ class Scheduling(_Model):
     @classmethod
     def _priority(cls, v: str) -> str:
         return C.subdomain(v, "priorityClassName") if v else v
+
+    @field_validator("scheduler_name")
+    @classmethod
+    def _scheduler(cls, v: str) -> str:
+        return C.subdomain(v, "schedulerName") if v else v
 
     @field_validator("queue")
     @classmethod
@@ -258,8 +285,12 @@ class JobSpec(_Model):
     env_from: list[EnvFromSource] = []
     checkpoint: Checkpoint | None = None
     scheduling: Scheduling = Scheduling()
+    pod: PodSettings = PodSettings()
+    pod_template_overlay: dict[str, Any] | None = None
     ttl_seconds_after_finished: Annotated[StrictInt, Field(ge=0, le=INT32_MAX)] | None = 3600
     active_deadline_seconds: Annotated[StrictInt, Field(ge=0, le=INT64_MAX)] = 0
+    # A directory shipped with the job (relative to the job file; load_job resolves it).
+    workdir: str | None = None
 
     @field_validator("procs_per_node", mode="before")
     @classmethod
@@ -275,6 +306,21 @@ class JobSpec(_Model):
     def _image(cls, v: str) -> str:
         return C.image(v)
 
+    @field_validator("env")
+    @classmethod
+    def _env(cls, v: dict[str, str]) -> dict[str, str]:
+        return C.nccl_env(v)
+
+    @field_validator("pod_template_overlay")
+    @classmethod
+    def _overlay(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        return v if v is None else check_overlay(v)
+
+    @field_validator("workdir")
+    @classmethod
+    def _workdir(cls, v: str | None) -> str | None:
+        return v if v is None else C.workdir(v)
+
     @model_validator(mode="after")
     def _cross_field(self) -> JobSpec:
         if self.distributed.backend == "nccl" and self.resources.gpus == 0:
@@ -288,6 +334,9 @@ class JobSpec(_Model):
                 f"procsPerNode {self.procs_per_node} exceeds resources.gpus "
                 f"{self.resources.gpus}: each process drives one GPU"
             )
+        if self.checkpoint is not None:
+            C.mount_free(self.checkpoint.path, [v.mount_path for v in self.pod.volumes],
+                         "spec.checkpoint.path")
         return self
 
     @property

@@ -88,13 +88,13 @@ class Checkpointer:
         self.dir = Path(directory)
         self.keep = keep
         self.rank = dist.get_rank()
-        token = [None]
+        token: list[str | None] = [None]
         if self.rank == 0:
             self.dir.mkdir(parents=True, exist_ok=True)
             # Nobody writes yet: partial directories are from dead runs.
             for stale in self.dir.glob(".tmp-*"):
                 shutil.rmtree(stale, ignore_errors=True)
-            token = [uuid.uuid4().hex[:12]]
+            token[0] = uuid.uuid4().hex[:12]
         dist.broadcast_object_list(token, src=0)
         self.token = token[0]
 

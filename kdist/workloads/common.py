@@ -21,6 +21,8 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils.data.distributed import DistributedSampler
 
+from kdist.runtime import preemption
+from kdist.runtime.failures import is_peer_lost  # shared with the launcher, torch-free
 from kdist.shared import env as E
 from kdist.shared import exitcodes
 
@@ -28,12 +30,6 @@ DEFAULT_PG_TIMEOUT_S = 300
 # Test hook: "RANK:STEP" makes that rank SIGKILL itself after that step (see
 # maybe_inject_fault).
 FAULT_ENV = E.FAULT_KILL_AT
-# What a collective or the store says when the other end is gone: gloo's
-# transport errors carry their source path; torch's own are DistError subclasses.
-_PEER_LOST_HINTS = (
-    "gloo/transport/", "Connection reset by peer", "Connection closed by peer",
-    "Broken pipe", "NCCL communicator was aborted", "ncclRemoteError",
-)
 
 
 def add_common_args(parser: argparse.ArgumentParser) -> None:
@@ -115,8 +111,9 @@ def init_distributed() -> Dist:
     backend = env.get(E.DIST_BACKEND) or ("nccl" if torch.cuda.is_available() else "gloo")
     timeout = timedelta(seconds=int(env.get(E.PG_TIMEOUT, DEFAULT_PG_TIMEOUT_S)))
     if backend == "nccl":
-        if not torch.cuda.is_available():
-            sys.exit("kdist: KDIST_DIST_BACKEND=nccl but no GPU is visible; use gloo")
+        problem = gpu_problem(local_rank)
+        if problem:
+            sys.exit(f"kdist: KDIST_DIST_BACKEND=nccl but {problem}")
         torch.cuda.set_device(local_rank)
         device = torch.device("cuda", local_rank)
     else:
@@ -124,33 +121,57 @@ def init_distributed() -> Dist:
     kwargs: dict[str, Any] = {"timeout": timeout}
     if backend == "nccl":
         kwargs["device_id"] = device
+    group_backend = pg_backend(backend)
     if "MASTER_ADDR" not in env:
         store: dist.Store | None = dist.HashStore()
         rank, world = 0, 1
     else:
         store = _agent_store(timeout)
     if store is None:
-        dist.init_process_group(backend, **kwargs)
+        dist.init_process_group(group_backend, **kwargs)
     else:
-        dist.init_process_group(backend, store=store, rank=rank, world_size=world, **kwargs)
+        dist.init_process_group(group_backend, store=store, rank=rank, world_size=world,
+                                **kwargs)
     _exit_peer_lost_on_uncaught(rank)
     return Dist(rank, world, local_rank, backend, device)
 
 
-def is_peer_lost(exc: BaseException) -> bool:
-    """Whether ``exc`` (or what caused it) is a collective or store failing on a lost peer."""
-    seen: set[int] = set()
-    e: BaseException | None = exc
-    while e is not None and id(e) not in seen:
-        seen.add(id(e))
-        if isinstance(e, dist.DistError):
-            return True
-        if isinstance(e, (RuntimeError, ConnectionError)) and any(
-            hint in str(e) for hint in _PEER_LOST_HINTS
-        ):
-            return True
-        e = e.__cause__ or e.__context__
-    return False
+def pg_backend(backend: str) -> str:
+    """The process group's backend string: with NCCL, CPU tensors go through gloo.
+
+    A bare "nccl" group refuses every collective on a CPU tensor (a user script's
+    metrics, an object gathered on the CPU); "cpu:gloo,cuda:nccl" serves both.
+    """
+    return "cpu:gloo,cuda:nccl" if backend == "nccl" else backend
+
+
+def gpu_problem(local_rank: int) -> str | None:
+    """Why this worker cannot drive GPU `local_rank`, in terms a user can act on; None if it can.
+
+    "No GPU" is rarely the truth on a GPU node: torch says why CUDA did not start
+    (most often a wheel built for a newer CUDA than the node's driver supports).
+    """
+    if torch.cuda.is_available():
+        count = torch.cuda.device_count()
+        if local_rank < count:
+            return None
+        return (f"local rank {local_rank} has no GPU: torch sees {count} "
+                f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')})")
+    built = torch.version.cuda
+    if built is None:
+        return (f"torch {torch.__version__} is a CPU-only build; install a CUDA wheel or "
+                "use gloo")
+    try:
+        torch.cuda._lazy_init()  # raises with the driver's own reason
+        reason = "CUDA initialised but reports no device"
+    except Exception as e:
+        reason = " ".join(str(e).split())[:300] or type(e).__name__
+    major = built.split(".")[0]
+    return (f"torch cannot use a GPU: {reason} (torch {torch.__version__} is built for CUDA "
+            f"{built} and needs a driver that supports CUDA {major}.x: `nvidia-smi` shows the "
+            "newest CUDA the node's driver supports; use a torch wheel or base image for that "
+            f"CUDA; NVIDIA_VISIBLE_DEVICES="
+            f"{os.environ.get('NVIDIA_VISIBLE_DEVICES', '<unset>')})")
 
 
 def exit_peer_lost(rank: int, exc: BaseException) -> None:
@@ -268,8 +289,10 @@ class ShardedBatches:
 
     def __init__(self, size: int, batch: int, replicas: int, replica: int, seed: int,
                  device: torch.device):
-        self.sampler = DistributedSampler(
-            range(size), num_replicas=replicas, rank=replica, shuffle=True, seed=seed
+        # Any sized sequence does as a "dataset": the sampler only needs its length.
+        self.sampler: DistributedSampler[int] = DistributedSampler(
+            range(size),  # type: ignore[arg-type]
+            num_replicas=replicas, rank=replica, shuffle=True, seed=seed,
         )
         self.batch = batch
         self.device = device
@@ -326,9 +349,13 @@ class Meter:
 def run_workload(body: Callable[[Dist], None]) -> int:
     """Join the group, run `body`, leave the group cleanly; 130 on Ctrl-C.
 
-    A lost peer ends the process with ``exitcodes.PEER_LOST`` (see there);
-    any other exception propagates: a code error.
+    SIGTERM (a pod deleted, evicted, drained) is a request to stop: the step
+    loop saves at a step every rank agreed on and this returns
+    ``preemption.PREEMPTED`` (``kdist.runtime.preemption``). A lost peer ends
+    the process with ``exitcodes.PEER_LOST`` (see there); any other exception
+    propagates: a code error.
     """
+    preemption.install()
     d = init_distributed()
     ok = False
     try:
@@ -336,6 +363,8 @@ def run_workload(body: Callable[[Dist], None]) -> int:
         ok = True
     except KeyboardInterrupt:  # Ctrl-C on a local run: the launcher reports it
         return 128 + signal.SIGINT
+    except preemption.Preempted:
+        return preemption.PREEMPTED
     except Exception as e:
         if is_peer_lost(e):
             exit_peer_lost(d.rank, e)

@@ -70,7 +70,7 @@ def _resume(
         return 0, None
     box = [loaded.shards.get(SHARD)]
     dist.broadcast_object_list(box, src=0)
-    state: dict[str, Any] = box[0]
+    state: dict[str, Any] = box[0] or {}
     model.load_state_dict(state["model"])
     opt.load_state_dict(state["optimizer"])
     torch.set_rng_state(state["rng"])
@@ -111,7 +111,8 @@ def train(args: argparse.Namespace, d: Dist) -> None:
         return {SHARD: state} if d.rank == 0 else {}
 
     save = Saver(ckpt, d, meter, shards) if ckpt else None
-    run_steps(args, d, start=start, loss=loss, step=step, read=meter.read, save=save)
+    run_steps(args, d, start=start, loss=loss, step=step, read=meter.read,
+              samples_per_step=meter.samples_per_step, save=save)
 
 
 @record

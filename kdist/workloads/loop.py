@@ -1,4 +1,5 @@
-"""The step loop both workloads share: JSON log lines, the fault hook, checkpoints, done.
+"""The step loop both workloads share: JSON log lines, the fault hook, checkpoints,
+preemption (a SIGTERM stops every rank at one step, saved), done.
 
 A workload supplies what differs (one optimizer step, how the interval's loss
 is read, what a checkpoint holds); the cadence of logging and saving, and
@@ -12,6 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kdist.runtime.preemption import Preempted, preemption_requested
 from kdist.workloads.checkpoint import Checkpointer
 from kdist.workloads.common import Dist, Meter, after_step, log_event
 
@@ -36,19 +38,31 @@ class Saver:
 
 def run_steps(args: argparse.Namespace, d: Dist, *, start: int, loss: float | None,
               step: Callable[[int], None], read: Callable[[], tuple[float, float]],
-              save: Saver | None) -> None:
-    """Steps `start + 1 .. args.max_steps`: `step(n)` trains, `read()` gives (loss, rate)."""
+              samples_per_step: int, save: Saver | None) -> None:
+    """Steps `start + 1 .. args.max_steps`: `step(n)` trains, `read()` gives (loss, samples/s).
+
+    Step lines carry `steps_per_s` too, so a watcher can tell the time left. Raises
+    ``Preempted`` once every rank agreed to stop (a SIGTERM), after saving that step.
+    """
     saved = start
     for n in range(start + 1, args.max_steps + 1):
         step(n)
         if n % args.log_every == 0 or n == args.max_steps:
             loss, rate = read()
-            log_event("step", step=n, loss=loss, samples_per_s=rate, rank=d.rank,
+            log_event("step", step=n, loss=loss, samples_per_s=rate,
+                      steps_per_s=round(rate / samples_per_step, 3), rank=d.rank,
                       world_size=d.world_size)
         after_step(d.rank, n, args)
         if save is not None and args.checkpoint_every and n % args.checkpoint_every == 0:
             save(n, loss)
             saved = n
+        # One tiny all-reduce per step: a SIGTERM on any rank stops every rank here,
+        # after this step, saved, so a drain or an eviction loses no step.
+        if n < args.max_steps and preemption_requested():
+            if save is not None and saved != n:
+                save(n, loss)
+            log_event("preempted", step=n, rank=d.rank, world_size=d.world_size)
+            raise Preempted(n)
     if save is not None and saved < args.max_steps:
         save(args.max_steps, loss)
     log_event("done", step=max(start, args.max_steps), loss=loss, rank=d.rank,

@@ -82,6 +82,12 @@ def split_model(args: argparse.Namespace, stages: int, stage: int) -> nn.Sequent
     return nn.Sequential(*blocks[start:stop])
 
 
+def _group(group: object) -> dist.ProcessGroup:
+    """A group this rank belongs to (new_group's other answers are for non-members)."""
+    assert isinstance(group, dist.ProcessGroup)
+    return group
+
+
 class Layout:
     """Which pipeline and stage this rank is, and the groups it talks in."""
 
@@ -93,19 +99,19 @@ class Layout:
         self.first = self.stage == 0
         self.last = self.stage == stages - 1
         self.last_rank = self.replica * stages + stages - 1
-        self.pp_group = None
-        self.dp_group = None
+        self.pp_group: dist.ProcessGroup | None = None
+        self.dp_group: dist.ProcessGroup | None = None
         # new_group is collective: every rank creates every group, in one order.
         if self.replicas > 1:
             for r in range(self.replicas):
                 group = dist.new_group(list(range(r * stages, (r + 1) * stages)), timeout=timeout)
                 if r == self.replica:
-                    self.pp_group = group
+                    self.pp_group = _group(group)
             for s in range(stages):
                 ranks = [r * stages + s for r in range(self.replicas)]
                 group = dist.new_group(ranks, timeout=timeout)
                 if s == self.stage:
-                    self.dp_group = group
+                    self.dp_group = _group(group)
 
 
 def average_gradients(module: nn.Module, group, replicas: int) -> None:
@@ -188,7 +194,8 @@ def train(args: argparse.Namespace, d: Dist, stages: int) -> None:
         return {shard: state} if lay.replica == 0 else {}
 
     save = Saver(ckpt, d, meter, shards, lambda: {"stages": stages}) if ckpt else None
-    run_steps(args, d, start=start, loss=loss, step=step, read=read, save=save)
+    run_steps(args, d, start=start, loss=loss, step=step, read=read,
+              samples_per_step=meter.samples_per_step, save=save)
 
 
 @record

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Builds (once, cached by version) every Go component of the test cluster:
 # kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kubectl,
-# etcd, CoreDNS, the Kubeflow training operator, crictl and kdist-initwait.
+# etcd, CoreDNS, the Kubeflow training operator, Kueue, crictl and kdist-initwait.
 # Idempotent: a binary that already exists for the pinned version is not
 # rebuilt. Usage: build.sh [COMPONENT...]   (default: all of them)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=versions.env
 source "$here/versions.env"
+# shellcheck source=kueue.sh
+source "$here/kueue.sh"
 
 CACHE=${KDIST_CACHE:-$HOME/.cache/kdist}
 export GOPATH=$CACHE/go GOMODCACHE=$CACHE/go/mod GOCACHE=$CACHE/go/build
@@ -102,7 +104,7 @@ build_simple() {  # build_simple NAME MODULE VERSION PACKAGE
   mv "$out.tmp" "$out"
 }
 
-want=${*:-etcd coredns operator crictl initwait kubernetes}
+want=${*:-etcd coredns operator kueue crictl initwait kubernetes}
 for what in $want; do
   case $what in
     kubernetes) build_kubernetes ;;
@@ -110,6 +112,7 @@ for what in $want; do
     coredns) build_simple coredns github.com/coredns/coredns "$COREDNS_VERSION" github.com/coredns/coredns ;;
     operator) build_simple training-operator github.com/kubeflow/training-operator "$TRAINING_OPERATOR_VERSION" \
       github.com/kubeflow/training-operator/cmd/training-operator.v1 ;;
+    kueue) build_kueue ;;
     crictl) build_simple crictl sigs.k8s.io/cri-tools "$CRICTL_VERSION" sigs.k8s.io/cri-tools/cmd/crictl ;;
     initwait) build_initwait ;;
     *) echo "build.sh: unknown component $what" >&2; exit 2 ;;

@@ -5,6 +5,7 @@
 # Logs stay in .cluster/logs; caches (binaries, images) stay in $KDIST_CACHE.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
+source "$CLUSTER_SRC/kueue.sh"
 LOG_TAG=down
 CRICTL=$BIN/crictl-$CRICTL_VERSION
 
@@ -64,6 +65,7 @@ main() {
   require_root
   [[ -d $STATE ]] || { log "no cluster state in $STATE: nothing to do"; return 0; }
   take_lock
+  stop_kueue
   stop_daemon training-operator
   stop_daemon coredns
   stop_daemon kubelet

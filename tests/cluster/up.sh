@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Brings up (or checks and repairs) the single-node test cluster: etcd,
-# kube-apiserver, controller-manager, scheduler, containerd, kubelet, CoreDNS
-# and the Kubeflow training operator, all host processes on the bridge kbr0.
+# kube-apiserver, controller-manager, scheduler, containerd, kubelet, CoreDNS,
+# the Kubeflow training operator and Kueue, all host processes on the bridge
+# kbr0; the node advertises fake GPUs.
 # Idempotent: a healthy cluster is reused in seconds; a dead component is
 # restarted. Writes .cluster/kubeconfig. See README.md.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 source "$CLUSTER_SRC/certs.sh"
 source "$CLUSTER_SRC/configs.sh"
+source "$CLUSTER_SRC/kueue.sh"
+source "$CLUSTER_SRC/fakegpu.sh"
 LOG_TAG=up
 START=$SECONDS
 
@@ -31,7 +34,7 @@ preflight() {
   check_routes
   if [[ ! -x $KUBECTL || ! -x $BIN/etcd-$ETCD_VERSION || ! -x $BIN/coredns-$COREDNS_VERSION ||
         ! -x $BIN/training-operator-$TRAINING_OPERATOR_VERSION || ! -x $INITWAIT_BIN ||
-        ! -x $BIN/crictl-$CRICTL_VERSION ]]; then
+        ! -x $BIN/crictl-$CRICTL_VERSION || ! -x $BIN/kueue-$KUEUE_VERSION ]]; then
     log "building cluster binaries (log: $LOGS/build.log; cold: 15-30 min)"
     bash "$CLUSTER_SRC/build.sh" >>"$LOGS/build.log" 2>&1 || { tail -20 "$LOGS/build.log"; die "build.sh failed"; }
   fi
@@ -273,8 +276,10 @@ main() {
   apply_objects
   start_containerd
   start_kubelet
+  advertise_fake_gpus
   start_coredns
   start_operator
+  start_kueue
   write_kubeconfig "$ADMIN_KUBECONFIG" admin
   log "cluster ready in $((SECONDS - START))s: KUBECONFIG=$ADMIN_KUBECONFIG"
 }

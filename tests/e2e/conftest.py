@@ -218,6 +218,17 @@ def dump_namespace(kube: Kube, namespace: str) -> str:
             ),
         )
     )
+    for group, version, plural in (("kueue.x-k8s.io", "v1beta2", "workloads"),
+                                   ("kueue.x-k8s.io", "v1beta2", "localqueues")):
+        out.append(
+            _dump_list(
+                api,
+                plural,
+                lambda g=group, v=version, p=plural: client.CustomObjectsApi(
+                    api).list_namespaced_custom_object(
+                        g, v, namespace, p, _request_timeout=REQUEST_TIMEOUT),
+            )
+        )
     out.append(f"===== namespace {namespace}: events")
     try:
         events = core.list_namespaced_event(namespace, _request_timeout=REQUEST_TIMEOUT).items

@@ -111,7 +111,7 @@ def test_failing_job_names_rank_and_exit_code(backend, namespace, kdist, job_fil
 
 
 def test_unschedulable_job_warns_once_and_times_out(namespace, kdist, job_file):
-    path = job_file("gpu", resources={"gpus": 1, "cpu": "250m", "memory": "512Mi"})
+    path = job_file("gpu", resources={"gpus": 64, "cpu": "250m", "memory": "512Mi"})
     sub = kdist("submit", path, "--timeout", "15")
     assert sub.returncode == 1
     warnings = [line for line in sub.stderr.splitlines() if "FailedScheduling" in line]
@@ -188,8 +188,8 @@ def test_dry_runs(backend, namespace, kdist, job_file):
 
 
 def test_conflict_replace_and_forbidden(namespace, kdist, job_file, tmp_path):
-    # gpus: 1 keeps the pods Pending: nothing runs, nothing loads the machine.
-    path = job_file("twice", resources={"gpus": 1, "cpu": "100m", "memory": "256Mi"})
+    # gpus: 64 keeps the pods Pending (the test node has 4 fake GPUs): nothing runs.
+    path = job_file("twice", resources={"gpus": 64, "cpu": "100m", "memory": "256Mi"})
     assert kdist("submit", path, "--no-wait").returncode == 0
     again = kdist("submit", path, "--no-wait")
     assert again.returncode == 3

@@ -125,7 +125,7 @@ def test_the_corpus_left_nothing_in_the_namespace(corpus_namespace):
 def test_a_submission_that_fails_half_way_is_undone(namespace, kdist, job_file):
     """The Service's name is taken: the Job, created first, is deleted again (exit 3)."""
     kubectl("-n", namespace, "create", "service", "clusterip", "squat", "--tcp=80:80")
-    path = job_file("squat", resources={"gpus": 1, "cpu": "100m", "memory": "256Mi"})
+    path = job_file("squat", resources={"gpus": 64, "cpu": "100m", "memory": "256Mi"})
     sub = kdist("submit", path, "--no-wait")
     assert sub.returncode == 3, sub.stdout + sub.stderr
     assert "already exists" in sub.stderr and "service" in sub.stderr.lower(), sub.stderr
@@ -140,7 +140,7 @@ def test_injection_strings_reach_the_api_server_exactly(namespace, kdist, job_fi
               "|\n x", "${HOME}", "$(rm -rf /)"]
     env = {f"V{i}": v for i, v in enumerate(tricky)}
     labels = {"team": "a-b_c.d", "example.com/x": "y"}
-    path = job_file("inject", env=env, resources={"gpus": 1, "cpu": "100m", "memory": "256Mi"})
+    path = job_file("inject", env=env, resources={"gpus": 64, "cpu": "100m", "memory": "256Mi"})
     doc = yaml.safe_load(path.read_text())
     doc["metadata"]["labels"] = labels
     doc["spec"]["workload"] = {"command": ["python", "-c", "pass"],

@@ -33,6 +33,7 @@ import json
 import os
 import shutil
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -40,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client
+from kubernetes import client, watch
 
 from kdist.kube.objects import pod_rank
 from kdist.rendering import render
@@ -55,6 +56,7 @@ from .test_training import create, rank_records, wait_job
 OUT_OF_SERVICE = "node.kubernetes.io/out-of-service"
 CONTROL_PLANE = "node-role.kubernetes.io/control-plane"
 HOSTNAME = "kubernetes.io/hostname"
+GATE = "kdist.dev/e2e-placement"
 # Rank 0 notices the lost peer within this (its collective times out); the
 # replacement of rank 1 may take minutes, so the rendezvous waits longer.
 COLLECTIVE_TIMEOUT, RDZV_TIMEOUT = 30, 600
@@ -218,28 +220,77 @@ def pod_templates(obj: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def spread(objects: list[dict[str, Any]], name: str, *, required: bool,
-           avoid_for_rank0: str | None = None) -> list[dict[str, Any]]:
+           gate: bool = False) -> list[dict[str, Any]]:
     """Patch the rendered pod templates: the job's pods on different nodes.
 
-    `required` makes it a hard rule (pods stay Pending rather than share a node);
-    otherwise a preference, so that after a node loss the whole gang may restart
-    on the node that is left. `avoid_for_rank0` keeps rank 0 off that node
-    (a preference too), so rank 1 is the one placed on it. The spec has no such
-    fields yet: this is what a user would add to the manifests themselves.
+    `required` makes it a hard rule (pods stay Pending rather than share a
+    node); otherwise a preference, so that after a node loss the whole gang may
+    restart on the node that is left. `gate` holds every pod at a scheduling
+    gate for a Placer. The spec has no such fields yet: this is what a user
+    would add to the manifests themselves.
     """
     term = {"labelSelector": {"matchLabels": {L.JOB_NAME: name}}, "topologyKey": HOSTNAME}
     anti = ({"requiredDuringSchedulingIgnoredDuringExecution": [term]} if required else
             {"preferredDuringSchedulingIgnoredDuringExecution": [
                 {"weight": 100, "podAffinityTerm": term}]})
     for obj in objects:
-        for role, template in pod_templates(obj).items():
-            affinity = template["spec"].setdefault("affinity", {})
-            affinity["podAntiAffinity"] = anti
-            if avoid_for_rank0 and role in ("all", "master"):
-                affinity["nodeAffinity"] = {"preferredDuringSchedulingIgnoredDuringExecution": [{
-                    "weight": 100, "preference": {"matchExpressions": [
-                        {"key": HOSTNAME, "operator": "NotIn", "values": [avoid_for_rank0]}]}}]}
+        for template in pod_templates(obj).values():
+            template["spec"]["affinity"] = {"podAntiAffinity": anti}
+            if gate:
+                template["spec"]["schedulingGates"] = [{"name": GATE}]
     return objects
+
+
+class Placer:
+    """Releases a job's gated pods: each rank's first pod pinned to a given node,
+    every later pod (a restart) left to the scheduler.
+
+    The drill must crash the node of rank 1 while rank 0 lives on; a spreading
+    preference alone does not say which rank lands where (the pods of one
+    template are alike). Pinning only the first pods leaves the restart's
+    placement where it belongs: with the scheduler.
+    """
+
+    def __init__(self, kube: Kube, namespace: str, name: str, first: dict[int, str]) -> None:
+        self.kube, self.namespace, self.name, self.first = kube, namespace, name, first
+        self.placed: set[int] = set()
+        self.errors: list[BaseException] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                for event in watch.Watch().stream(
+                        self.kube.core.list_namespaced_pod, self.namespace,
+                        label_selector=L.selector_string(self.name), timeout_seconds=5,
+                        _request_timeout=30):
+                    if event["type"] != "DELETED":
+                        self._release(event["object"])
+        except Exception as e:  # noqa: BLE001 - reported by stop()
+            self.errors.append(e)
+
+    def _release(self, pod: client.V1Pod) -> None:
+        if not any(g.name == GATE for g in pod.spec.scheduling_gates or []):
+            return
+        rank = pod_rank(self.kube.api.sanitize_for_serialization(pod))
+        ops: list[dict[str, Any]] = []
+        if rank in self.first and rank not in self.placed:
+            # Allowed on a gated pod: scheduling constraints may be added, not relaxed.
+            ops.append({"op": "add", "path": "/spec/affinity/nodeAffinity", "value": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": HOSTNAME, "operator": "In",
+                                           "values": [self.first[rank]]}]}]}}})
+            self.placed.add(rank)
+        ops.append({"op": "remove", "path": "/spec/schedulingGates"})
+        self.kube.core.patch_namespaced_pod(pod.metadata.name, self.namespace, ops,
+                                            _request_timeout=REQUEST_TIMEOUT)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(60)
+        assert not self.errors, self.errors
 
 
 def pods_by_rank(kube: Kube, namespace: str, name: str) -> dict[int, client.V1Pod]:
@@ -291,8 +342,18 @@ def test_losing_the_node_of_rank_1_restarts_the_gang_which_resumes_and_finishes(
         checkpoint={"path": "/checkpoints", "volume": node_shared_volume},
         # Small enough that both ranks fit on the surviving node.
         resources={"cpu": "500m", "memory": "1Gi"}))
-    create(kube, namespace, spread(render(job), name, required=False,
-                                   avoid_for_rank0=victim.name))
+    survivor = next(n.metadata.name for n in schedulable_nodes(kube)
+                    if n.metadata.name != victim.name)
+    placer = Placer(kube, namespace, name, first={0: survivor, 1: victim.name})
+    try:
+        create(kube, namespace, spread(render(job), name, required=False, gate=True))
+        drill(kube, namespace, name, backend, outage, victim, kdist_popen)
+    finally:
+        placer.stop()
+
+
+def drill(kube: Kube, namespace: str, name: str, backend: str, outage: str, victim: KindNode,
+          kdist_popen: Any) -> None:
     proc = kdist_popen("logs", name, "--follow")
     stream = Stream(proc)
     saved = stream.until(lambda r: r["event"] == "checkpoint" and r["step"] >= FAULT_AFTER,
@@ -300,8 +361,7 @@ def test_losing_the_node_of_rank_1_restarts_the_gang_which_resumes_and_finishes(
     assert saved and stream.until(lambda r: r.get("step", 0) >= STRIKE_AT, timeout=60), \
         "\n".join(stream.text)
     placed = {rank: pod.spec.node_name for rank, pod in pods_by_rank(kube, namespace, name).items()}
-    assert placed.get(1) == victim.name and placed.get(0) not in (None, victim.name), \
-        f"want rank 1 alone on {victim.name}, the scheduler placed {placed}"
+    assert placed.get(1) == victim.name and placed.get(0) not in (None, victim.name), placed
 
     fault_time = time.monotonic()
     victim.crash()

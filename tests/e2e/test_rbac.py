@@ -78,7 +78,7 @@ def test_missing_permission_names_verb_resource_namespace(
 
 
 def test_training_pods_get_no_api_token(kube, namespace, kdist, job_file):
-    path = job_file("notoken", resources={"gpus": 1, "cpu": "100m", "memory": "256Mi"})
+    path = job_file("notoken", resources={"gpus": 64, "cpu": "100m", "memory": "256Mi"})
     assert kdist("submit", path, "--no-wait").returncode == 0
     pods = kube.core.list_namespaced_pod(namespace, label_selector="kdist.dev/job-name=notoken")
     assert pods.items

@@ -8,8 +8,10 @@ its pods; mid-run, right after a checkpoint, one fault strikes rank 1:
 
 The job must restart the whole gang, resume every rank from the newest
 checkpoint, finish all its steps and lose at most one checkpoint interval,
-all read from the JSON log lines `kdist submit -f` streams. Each fault's
-figures are printed (and appended to $KDIST_E2E_REPORT when set).
+all read from the JSON log lines `kdist submit -f` streams. A deleted or
+evicted pod gets SIGTERM first: every rank then stops at one step and saves
+it (zero-loss preemption), so those faults must lose no step at all. Each
+fault's figures are printed (and appended to $KDIST_E2E_REPORT when set).
 """
 
 from __future__ import annotations
@@ -140,6 +142,8 @@ def kill_training_process(kube: Kube, namespace: str, pod: str) -> None:
     assert out.returncode == 0 and "killed" in out.stdout, out.stdout + out.stderr
 
 
+# Faults that SIGTERM the pod first: the workload saves the step it is on.
+PREEMPTING = ("delete-pod", "evict-pod")
 FAULTS: dict[str, Callable[[Kube, str, str], None]] = {
     "delete-pod": delete_pod,
     "sigkill-process": kill_training_process,
@@ -193,10 +197,16 @@ def figures(records: list[tuple[float, int, dict[str, Any]]], fault_time: float)
     resumed = {rank: r["step"] for _, rank, r in resumes}
     after = [(t, r["step"]) for t, _, r in records if r["event"] == "step" and t > first_resume]
     checkpoint = min(resumed.values())
+    # A preempted rank's last step done is the one it stopped (and saved) at, which
+    # need not be one it logged.
+    stopped = {rank: r["step"] for t, rank, r in records
+               if r["event"] == "preempted" and t < first_resume}
+    last = max([*before, *stopped.values()])
     return {
         "resumed_at": resumed,
-        "last_step_before_fault": max(before),
-        "steps_lost": max(before) - checkpoint,
+        "preempted_at": stopped,
+        "last_step_before_fault": last,
+        "steps_lost": last - checkpoint,
         "seconds_fault_to_resumed_step": round(min(t for t, _ in after) - fault_time, 1),
     }
 
@@ -213,7 +223,7 @@ def report(entry: dict[str, Any]) -> None:
     ("backend", "fault"),
     [("indexed-job", "delete-pod"), ("indexed-job", "sigkill-process"),
      ("indexed-job", "evict-pod"), ("pytorchjob", "delete-pod"),
-     ("pytorchjob", "sigkill-process")],
+     ("pytorchjob", "sigkill-process"), ("pytorchjob", "evict-pod")],
 )
 def test_a_fault_restarts_the_gang_which_resumes_and_finishes(
         backend, fault, kube, namespace, shared_volume, kdist, kdist_popen, job_file):
@@ -242,15 +252,24 @@ def test_a_fault_restarts_the_gang_which_resumes_and_finishes(
     assert set(cost["resumed_at"]) == {0, 1}, log
     assert len(set(cost["resumed_at"].values())) == 1, log
     assert min(cost["resumed_at"].values()) >= FAULT_AFTER, log
-    # ...and at most one checkpoint interval of steps was done twice.
+    # ...and at most one checkpoint interval of steps was done twice; none at all when
+    # the pod was asked to stop (SIGTERM) first: every rank stopped at one step, saved.
     assert cost["last_step_before_fault"] >= STRIKE_AT, cost
-    assert 0 <= cost["steps_lost"] <= CKPT_EVERY, cost
+    if fault in PREEMPTING:
+        assert set(cost["preempted_at"]) == {0, 1}, log
+        assert len(set(cost["preempted_at"].values())) == 1, cost
+        assert cost["steps_lost"] == 0, cost
+    else:
+        assert 0 <= cost["steps_lost"] <= CKPT_EVERY, cost
     status = json.loads(kdist("status", name, "-o", "json").stdout)
     assert status["phase"] == "Succeeded", status
     if backend == "indexed-job":  # the training operator deletes the pods it replaces
         assert all(r["restarts"] >= 1 for r in status["ranks"]), status["ranks"]
     # The watch told the user why each rank went down while it happened.
-    assert "rank 0" in log and "lost a peer" in log, log
+    if fault in PREEMPTING:
+        assert "rank 0" in log and "killed by SIGTERM" in log, log
+    else:
+        assert "rank 0" in log and "lost a peer" in log, log
     report({"backend": backend, "fault": fault, "checkpoint_every": CKPT_EVERY, **cost})
 
 

@@ -16,6 +16,8 @@ def violations(pod_spec: dict[str, Any]) -> list[str]:
     """Every restricted-profile rule `pod_spec` breaks (empty when it complies)."""
     out: list[str] = []
     psc = pod_spec.get("securityContext") or {}
+    if psc.get("runAsNonRoot") is False:  # refused even when every container says true
+        out.append("pod: runAsNonRoot false")
     for flag in ("hostNetwork", "hostPID", "hostIPC"):
         if pod_spec.get(flag):
             out.append(f"{flag} is set")

@@ -198,9 +198,14 @@ def test_parse_argv_refuses(argv):
 
 
 def test_entrypoint():
-    assert _entrypoint("m", ["-x"]) == (sys.executable, ["-u", "-m", "m", "-x"])
-    assert _entrypoint(None, ["python", "t.py"]) == (sys.executable, ["t.py"])
-    assert _entrypoint(None, ["/bin/echo", "hi"]) == ("/bin/echo", ["hi"])
+    """Every worker starts through kdist's wrapper; python workers run unbuffered (-u), as
+    under torchrun, with the interpreter running kdist."""
+    wrap = ["-m", "kdist.runtime.worker_exec"]
+    py = sys.executable
+    assert _entrypoint("m", ["-x"]) == (py, [*wrap, py, "-u", "-m", "m", "-x"])
+    assert _entrypoint(None, ["python", "t.py"]) == (py, [*wrap, py, "-u", "t.py"])
+    assert _entrypoint(None, ["python3", "-c", "x"]) == (py, [*wrap, py, "-u", "-c", "x"])
+    assert _entrypoint(None, ["/bin/echo", "hi"]) == (py, [*wrap, "/bin/echo", "hi"])
 
 
 def test_exit_codes():

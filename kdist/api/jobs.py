@@ -1,119 +1,34 @@
-"""kdist's Python API: what the CLI does, as functions (docs/DESIGN.md, "Python API").
-
-    import kdist
-    job = kdist.load_job("job.yaml")
-    sub = kdist.submit(job, wait=False)             # create; returns what was sent
-    state = kdist.wait(job.metadata.name)           # follow to the end; JobFailed if it failed
-    print(kdist.status("mnist-ddp").ranks[0].loss)
-    kdist.delete("mnist-ddp")
-
-Every function takes the cluster target as keywords (``kubeconfig=``,
-``context=``, ``namespace=``, ``request_timeout=``; the kubeconfig's defaults
-otherwise), validates names before sending anything, and raises the typed
-errors of ``kdist.shared.errors`` (``UsageError``, ``JobNotFound``,
-``ClusterError``, ``JobFailed``, ``TimedOut``). Results are plain dataclasses.
-"""
+"""One job at a time: submit, follow, wait, status, logs, list, delete."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
+from kdist.api.types import (
+    Deleted,
+    JobSummary,
+    Observer,
+    Quiet,
+    RankLog,
+    Submission,
+    check_name,
+    connect,
+    reattach_hint,
+    target,
+)
 from kdist.kube.config import ClusterOptions, KubeConfig, resolve_namespace
 from kdist.shared.errors import JobFailed, TimedOut, UsageError
-from kdist.shared.names import job_name_problem
 
 if TYPE_CHECKING:
     from kdist.kube.client import Cluster
     from kdist.kube.tracker import JobState
+    from kdist.rendering.workdir import Packed
     from kdist.spec.model import TrainingJob
 
-#: Names kdist looks up may be any DNS-1035 label a Job or PyTorchJob can have.
-LOOKUP_NAME_LIMIT = 63
-
-
-class Observer(Protocol):
-    """What `wait` reports to while it follows a job (the CLI's displays are observers)."""
-
-    def start(self, state: JobState) -> None: ...
-    def update(self, state: JobState) -> None: ...
-    def tick(self, state: JobState) -> None: ...
-    def warning(self, text: str) -> None: ...
-    def log(self, rank: int | None, line: str) -> None: ...
-    def stop(self) -> None: ...
-
-
-class _Quiet:
-    def start(self, state: JobState) -> None: ...
-    def update(self, state: JobState) -> None: ...
-    def tick(self, state: JobState) -> None: ...
-    def warning(self, text: str) -> None: ...
-    def log(self, rank: int | None, line: str) -> None: ...
-    def stop(self) -> None: ...
-
-
-@dataclass(frozen=True)
-class Submission:
-    """What `submit` did: the objects as created (or as they would be), and what was said."""
-
-    name: str
-    namespace: str
-    objects: list[dict[str, Any]]
-    warnings: list[str] = field(default_factory=list)
-    replaced: list[str] = field(default_factory=list)  # what --replace deleted first
-    dry_run: str | None = None  # None, "client" or "server"
-    state: JobState | None = None  # the end state, when submitted with wait=True
-
-
-@dataclass(frozen=True)
-class JobSummary:
-    """One row of `list_jobs`."""
-
-    name: str
-    namespace: str
-    backend: str
-    nodes: int | None
-    phase: str
-    age_s: float | None
-
-
-@dataclass(frozen=True)
-class RankLog:
-    """One rank's log as `logs` reads it; `note` says why there are no lines."""
-
-    rank: int
-    pod: str
-    lines: list[str]
-    note: str = ""
-
-
-def target(**options: Any) -> ClusterOptions:
-    """The cluster target from keyword options (None = the kubeconfig's default)."""
-    unknown = set(options) - {"kubeconfig", "context", "namespace", "request_timeout"}
-    if unknown:
-        raise TypeError(f"unknown option(s): {', '.join(sorted(unknown))}")
-    return ClusterOptions(**options)
-
-
-def check_name(name: str) -> str:
-    """`name` if it can name a job; UsageError otherwise (before any request)."""
-    problem = job_name_problem(name, LOOKUP_NAME_LIMIT)
-    if problem:
-        raise UsageError(problem)
-    return name
-
-
-def connect(opts: ClusterOptions) -> tuple[Cluster, str]:
-    """A client and the namespace to use (-n, else the context's, else "default")."""
-    from kdist.kube.client import Cluster
-
-    kubeconfig = KubeConfig.load(opts)
-    return Cluster.connect(opts, kubeconfig), resolve_namespace(opts, None, kubeconfig)
-
-
-# ---- submit -------------------------------------------------------------------------------
+#: How long `submit(replace=True)` waits for the old job's objects to be gone.
+DELETE_TIMEOUT = 300.0
 
 
 def with_namespace(job: TrainingJob, opts: ClusterOptions,
@@ -132,14 +47,16 @@ def submit(job: TrainingJob, *, wait: bool = True, replace: bool = False,
            dry_run: str | None = None, timeout: float | None = None, logs: bool = False,
            observer: Observer | None = None,
            on_submitted: Callable[[Submission], None] | None = None,
-           **options: Any) -> Submission:
+           code: Packed | None = None, **options: Any) -> Submission:
     """Render `job` and create it, all or nothing; with `wait`, follow it to its end.
 
     `dry_run="client"` renders only (no cluster); `"server"` asks the API
     server to validate without persisting. `replace` deletes a job of the same
     name first and waits until it is gone. `on_submitted` hears of the created
     objects before the wait. With `wait`, a failed job raises JobFailed and a
-    passed `timeout` raises TimedOut (the job keeps running).
+    passed `timeout` raises TimedOut (the job keeps running). `code` is the packed
+    workdir (``kdist.rendering.workdir.pack_workdir``); without it, spec.workdir is
+    packed here. Its ConfigMaps are created after the job, owned by it.
     """
     from kdist.rendering import render
 
@@ -151,17 +68,23 @@ def submit(job: TrainingJob, *, wait: bool = True, replace: bool = False,
     kubeconfig = KubeConfig.load(opts, missing_ok=dry_run == "client")
     job = with_namespace(job, opts, kubeconfig)
     name, ns = job.metadata.name, job.metadata.namespace or "default"
-    objects = render(job)
+    if code is None and job.spec.workdir is not None:
+        from kdist.rendering.workdir import pack_workdir
+
+        code = pack_workdir(job)
+    objects = render(job, code)
     if dry_run == "client":
         return Submission(name, ns, objects, dry_run="client")
     from kdist.kube.client import Cluster
+    from kdist.kube.sources import wait_gone
     from kdist.shared.errors import JobNotFound
 
     cluster = Cluster.connect(opts, kubeconfig)
     replaced: list[str] = []
     if replace:
         try:
-            replaced = cluster.delete(name, ns, wait=True)
+            replaced = cluster.delete(name, ns)
+            wait_gone(cluster, name, ns, DELETE_TIMEOUT)
         except JobNotFound:
             pass
     created, warnings = cluster.create(objects, dry_run=dry_run == "server")
@@ -170,12 +93,9 @@ def submit(job: TrainingJob, *, wait: bool = True, replace: bool = False,
         on_submitted(sub)
     if not wait or dry_run:
         return sub
-    state = follow(cluster, created[0], observer or _Quiet(), logs=logs, timeout=timeout)
+    state = follow(cluster, created[0], observer or Quiet(), logs=logs, timeout=timeout)
     _check(state)
     return Submission(name, ns, created, warnings, replaced, None, state)
-
-
-# ---- follow, wait, status -------------------------------------------------------------------
 
 
 def follow(cluster: Cluster, job: dict[str, Any], observer: Observer, *, logs: bool = True,
@@ -213,12 +133,6 @@ def follow(cluster: Cluster, job: dict[str, Any], observer: Observer, *, logs: b
     return state
 
 
-def reattach_hint(name: str, namespace: str) -> str:
-    return (f"job {name} keeps running in namespace {namespace}; reattach with "
-            f"`kdist -n {namespace} status {name}` or `kdist -n {namespace} logs -f {name}`, "
-            f"stop it with `kdist -n {namespace} delete {name}`")
-
-
 def timeout_line(state: JobState, timeout: float) -> str:
     waiting = [f"rank {r.rank} {r.phase}" + (f" ({r.reason})" if r.reason else "")
                for r in sorted(state.ranks.values(), key=lambda r: r.rank)
@@ -241,7 +155,7 @@ def wait(name: str, *, timeout: float | None = None, logs: bool = False,
     cluster, ns = connect(target(**options))
     job = cluster.get_job(name, ns)
     _check_rank(job, rank)
-    state = follow(cluster, job, observer or _Quiet(), logs=logs, tail=tail,
+    state = follow(cluster, job, observer or Quiet(), logs=logs, tail=tail,
                    ranks=None if rank is None else {rank}, timeout=timeout,
                    drain=15.0 if logs else 5.0)
     if check:
@@ -275,7 +189,10 @@ def status(name: str, *, tail: int = 2000, **options: Any) -> JobState:
 
     check_name(name)
     cluster, ns = connect(target(**options))
-    tracker = _tracked(cluster, cluster.get_job(name, ns))
+    job = cluster.get_job(name, ns)
+    tracker = _tracked(cluster, job)
+    for workload in cluster.workloads_of(job)[-1:]:
+        tracker.queue_event(workload)
     for r in tracker.state.ranks.values():
         if r.pod and tracker.pod_started(r.pod):
             try:
@@ -328,23 +245,14 @@ def list_jobs(*, all_namespaces: bool = False, **options: Any) -> list[JobSummar
     return rows
 
 
-@dataclass(frozen=True)
-class Deleted:
-    """What `delete` deleted (`job.batch/x`, `service/x`), and where."""
-
-    namespace: str
-    objects: list[str]
-
-
 def delete(name: str, *, wait: bool = True, timeout: float = 300,
            **options: Any) -> Deleted:
     """Delete job `name` (foreground: pods, Service, the job); with `wait`, until all is gone."""
     check_name(name)
     cluster, ns = connect(target(**options))
-    return Deleted(ns, cluster.delete(name, ns, wait=wait, timeout=timeout))
+    deleted = cluster.delete(name, ns)
+    if wait:
+        from kdist.kube.sources import wait_gone
 
-
-def namespace(**options: Any) -> str:
-    """The namespace the other functions use for these options."""
-    opts = target(**options)
-    return resolve_namespace(opts, None, KubeConfig.load(opts))
+        wait_gone(cluster, name, ns, timeout)
+    return Deleted(ns, deleted)

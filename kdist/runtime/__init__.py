@@ -1,0 +1,15 @@
+"""The launcher's pieces (``python -m kdist.launch``), and what a worker gets from kdist.
+
+Runtime side: standard library, torch and ``kdist.shared`` only (an
+import-linter contract), since it runs in the training image.
+
+- ``plan``: the pod's environment -> a ``LaunchPlan``; the bounded wait for the master.
+- ``restarts``: which whole-job restart this is, on every backend.
+- ``agent``: runs the node's workers under torch's elastic agent; the exit code.
+- ``worker_exec``: what each worker process runs first, then ``exec``s the real command.
+- ``output``: follows the workers' output (whole lines, progress bars collapsed).
+- ``watchdog``: ``progressTimeoutSeconds``: a job that prints nothing ends as a hang.
+- ``failures``: which failure names the node's, and a lost peer told from a code error.
+- ``preemption``: SIGTERM -> every rank agrees to stop at the same step.
+- ``sitehook``: a ``sitecustomize`` that makes ``collectiveTimeoutSeconds`` torch's default.
+"""

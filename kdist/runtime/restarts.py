@@ -1,0 +1,61 @@
+"""Which whole-job restart this is: ``KDIST_RESTART_COUNT`` and torchrun's
+``TORCHELASTIC_RESTART_COUNT`` for the workers, on every backend.
+
+kdist restarts the whole gang (new pods, new launchers), so torch's agent,
+which only counts restarts it makes itself, always says 0. The count comes
+from whoever made the new gang (README, "Bring your own script"):
+
+- ``kdist run --local``: the runner knows the attempt and says so
+  (``KDIST_RESTART_COUNT``).
+- Indexed Job: the Job controller annotates each replacement pod with the
+  failures of its index (``batch.kubernetes.io/job-index-failure-count``, and
+  ``-ignored-failure-count`` for the evicted ones kdist's podFailurePolicy
+  does not count); the pod reads both through the downward API
+  (``kdist.runtime.plan``). A pod that failed twice before the others were
+  replaced once would count differently from them: not in a gang restart,
+  where every index fails once.
+- PyTorchJob: the training operator recreates pods under the same names and
+  keeps no count a pod can see. The launcher keeps one per node in the
+  checkpoint directory (``.kdist-restart-count-node-N``): left there when it
+  exits retryably, taken (read and removed) by the next launcher of that
+  node. Needs a checkpoint volume that outlives pods (a PVC; with an emptyDir
+  or none the count stays 0); a job deleted mid-restart leaves its count to a
+  resubmitted job of the same name and checkpoint directory.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from kdist.runtime.plan import LaunchPlan
+
+COUNTER = ".kdist-restart-count-node-{node}"
+
+
+def counter_path(plan: LaunchPlan) -> Path | None:
+    """Where this node's launcher keeps the count; None when the environment states it,
+    or when there is no checkpoint directory to keep it in."""
+    if plan.restart_count is not None or not plan.checkpoint_dir:
+        return None
+    return Path(plan.checkpoint_dir) / COUNTER.format(node=plan.node_rank)
+
+
+def take(path: Path) -> int:
+    """The count a previous launcher of this node left (0 when none), removed."""
+    try:
+        text = path.read_text()
+        path.unlink()
+    except OSError:
+        return 0
+    return int(text) if text.strip().isdigit() else 0
+
+
+def leave(path: Path, count: int) -> None:
+    """Leave `count` for the next launcher of this node (best effort, atomic)."""
+    part = path.with_name(path.name + ".part")
+    try:
+        part.write_text(str(count))
+        os.replace(part, path)
+    except OSError:
+        pass  # a read-only or vanished directory: the next attempt counts 0

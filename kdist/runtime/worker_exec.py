@@ -1,0 +1,80 @@
+"""``python -m kdist.runtime.worker_exec CMD [ARG...]``: a worker's first moment, then CMD.
+
+torch's elastic agent starts this in place of the worker's command (same
+pid: it ``exec``s), so every worker, whatever it runs, gets what kdist
+promises an unchanged script (README, "Bring your own script"):
+
+- torchrun's restart variables, right after a whole-job restart:
+  ``TORCHELASTIC_RESTART_COUNT`` = ``KDIST_RESTART_COUNT`` and
+  ``TORCHELASTIC_MAX_RESTARTS`` = ``KDIST_MAX_RESTARTS`` (the agent itself runs
+  with no restarts of its own, so it would say 0 for both);
+- unbuffered Python output (``PYTHONUNBUFFERED``, for pythons the script
+  starts itself; ``python`` commands also get ``-u``, as under torchrun);
+- ``collectiveTimeoutSeconds`` as torch's default process-group timeout (the
+  ``sitecustomize`` in ``kdist.runtime.sitehook``, first on ``PYTHONPATH``);
+- stdout and stderr into one pipe the launcher follows (``kdist.runtime.output``).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import sys
+from collections.abc import MutableMapping, Sequence
+from pathlib import Path
+
+from kdist.shared import env as E
+
+SITEHOOK = str(Path(__file__).resolve().parent / "sitehook")
+PYTHONS = ("python", "python3")
+MODULE = "kdist.runtime.worker_exec"
+
+
+def command(module: str | None, rest: Sequence[str]) -> tuple[str, list[str]]:
+    """What torch's agent starts per worker: this wrapper, then the worker's own command.
+
+    ``python`` means the interpreter running kdist (a venv locally, the image's
+    python in a pod), not whatever PATH finds first; python workers run with
+    ``-u`` as torchrun runs them.
+    """
+    if module is not None:
+        real = [sys.executable, "-u", "-m", module, *rest]
+    elif rest[0] in PYTHONS:
+        real = [sys.executable, "-u", *rest[1:]]
+    else:
+        real = list(rest)
+    return sys.executable, ["-m", MODULE, *real]
+
+
+def prepare(environ: MutableMapping[str, str]) -> str | None:
+    """Set the worker's variables in ``environ``; return the pipe its output goes to."""
+    environ["TORCHELASTIC_RESTART_COUNT"] = environ.get(E.RESTART_COUNT) or "0"
+    environ["TORCHELASTIC_MAX_RESTARTS"] = environ.get(E.MAX_RESTARTS) or "0"
+    environ.setdefault("PYTHONUNBUFFERED", "1")
+    path = environ.get("PYTHONPATH")
+    environ["PYTHONPATH"] = os.pathsep.join(p for p in (SITEHOOK, path) if p)
+    pipes = environ.pop(E.OUTPUT_PIPES, "")
+    if not pipes:
+        return None
+    return os.path.join(pipes, environ.get("LOCAL_RANK", "0"))
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv:
+        sys.exit("usage: python -m kdist.runtime.worker_exec CMD [ARG...]")
+    pipe = prepare(os.environ)
+    if pipe is not None:
+        fd = os.open(pipe, os.O_WRONLY)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)  # one stream: stdout and stderr keep their order
+        os.close(fd)
+    try:
+        os.execvp(argv[0], argv)
+    except OSError as e:  # as a shell says it: 127 not found, 126 not runnable
+        print(f"kdist: cannot run {argv[0]!r}: {e.strerror}", file=sys.stderr, flush=True)
+        os._exit(127 if e.errno == errno.ENOENT else 126)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,22 @@
+"""Print the environment this worker sees, as one JSON line, for the env-parity tests.
+
+With --die-once MARKER, global rank 1 SIGKILLs itself (after printing) the first time it
+runs, leaving MARKER behind, so that its launcher (torchrun or kdist) restarts the workers.
+No process group: the tests compare what the launchers set, nothing else.
+"""
+
+import argparse
+import json
+import os
+import signal
+import sys
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--die-once", metavar="MARKER")
+args = parser.parse_args()
+# write_through: stdout is unbuffered (python -u or PYTHONUNBUFFERED)
+print("ENV " + json.dumps({"env": dict(os.environ), "unbuffered": sys.stdout.write_through}),
+      flush=True)
+if args.die_once and os.environ.get("RANK") == "1" and not os.path.exists(args.die_once):
+    open(args.die_once, "w").close()
+    os.kill(os.getpid(), signal.SIGKILL)

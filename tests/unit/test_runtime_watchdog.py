@@ -1,0 +1,105 @@
+"""kdist.runtime.watchdog (progressTimeoutSeconds) and kdist.runtime.restarts, without processes."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from kdist.runtime import restarts
+from kdist.runtime.plan import resolve_env
+from kdist.runtime.watchdog import Watchdog
+
+
+class Fake:
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.progress = 0
+        self.hangs: list[float] = []
+
+
+def watchdog(fake: Fake, limit: float = 10.0) -> Watchdog:
+    return Watchdog(limit, lambda: fake.progress, fake.hangs.append, clock=lambda: fake.now)
+
+
+def test_silence_before_the_first_output_is_not_a_hang():
+    fake = Fake()
+    w = watchdog(fake)
+    for fake.now in (0.0, 30.0, 300.0):  # imports, rendezvous, loading a checkpoint
+        assert not w.check()
+    assert fake.hangs == [] and not w.fired
+
+
+def test_no_progress_for_the_limit_is_a_hang():
+    fake = Fake()
+    w = watchdog(fake)
+    fake.progress = 1
+    assert not w.check()  # the clock starts at the first output (t=0)
+    for fake.now in (5.0, 9.9):
+        assert not w.check()
+    fake.now = 10.0
+    assert w.check() and w.fired
+    assert fake.hangs == [10.0]
+
+
+def test_progress_restarts_the_clock():
+    fake = Fake()
+    w = watchdog(fake)
+    fake.progress = 1
+    w.check()
+    fake.now, fake.progress = 9.0, 2
+    assert not w.check()
+    fake.now = 18.0
+    assert not w.check()
+    fake.now = 19.0
+    assert w.check()
+
+
+def test_the_thread_stops_watching_when_the_progress_cannot_be_read():
+    def gone() -> int:
+        raise ConnectionError("the store went away with node 0")
+
+    w = Watchdog(1.0, gone, lambda s: None, tick_s=0.01).start()
+    w._thread.join(timeout=10)
+    assert not w._thread.is_alive() and not w.fired
+
+
+def plan(**env: str):
+    base = {"KDIST_NNODES": "2", "KDIST_NODE_RANK": "1", "KDIST_MASTER_ADDR": "m",
+            "KDIST_MAX_RESTARTS": "3"}
+    return resolve_env({**base, **env}, gpu_count=lambda: 0)
+
+
+@pytest.mark.parametrize(("env", "count"), [
+    ({"KDIST_RESTART_COUNT": "2"}, 2),  # kdist run --local says it
+    ({"KDIST_INDEX_FAILURES": "1"}, 1),  # an Indexed Job's replacement pod
+    ({"KDIST_INDEX_FAILURES": "1", "KDIST_INDEX_IGNORED_FAILURES": "1"}, 2),  # + an eviction
+    ({"KDIST_INDEX_FAILURES": "0", "KDIST_INDEX_IGNORED_FAILURES": ""}, 0),  # first pods
+    ({}, None),  # a PyTorchJob pod: the launcher asks kdist.runtime.restarts
+])
+def test_the_restart_count_the_environment_states(env, count):
+    assert plan(**env).restart_count == count
+
+
+def test_worker_env_carries_the_restart_count():
+    env = plan(KDIST_INDEX_FAILURES="2").worker_env({}, 4)
+    assert env["KDIST_RESTART_COUNT"] == "2"
+
+
+def test_a_pytorchjob_node_keeps_its_count_in_the_checkpoint_directory(tmp_path):
+    p = dataclasses.replace(plan(), checkpoint_dir=str(tmp_path))
+    path = restarts.counter_path(p)
+    assert path == tmp_path / ".kdist-restart-count-node-1"
+    assert restarts.take(path) == 0  # the first run
+    restarts.leave(path, 1)  # it exited retryably
+    assert restarts.take(path) == 1  # the next gang's launcher of node 1
+    assert restarts.take(path) == 0  # taken: a job resubmitted later starts at 0
+    assert not path.exists()
+
+
+def test_no_counter_where_the_count_is_known_or_cannot_be_kept(tmp_path):
+    assert restarts.counter_path(plan()) is None  # no checkpoint directory
+    known = dataclasses.replace(plan(KDIST_INDEX_FAILURES="1"), checkpoint_dir=str(tmp_path))
+    assert restarts.counter_path(known) is None
+    restarts.leave(tmp_path / "missing" / "c", 1)  # never raises
+    assert restarts.take(tmp_path / "missing" / "c") == 0
