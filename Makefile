@@ -12,7 +12,7 @@ STAMP := .install.stamp
 CLI_STAMP := .install-cli.stamp
 
 .DEFAULT_GOAL := help
-.PHONY: help install install-cli demo test unit lint manifests golden e2e image cluster-up cluster-down bench clean
+.PHONY: help install install-cli demo test unit lint manifests golden e2e image cluster-up cluster-down kind-up kind-down e2e-kind bench clean
 
 help: ## List every target with one line
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | \
@@ -69,6 +69,21 @@ image: install ## Build the CPU training image and load it into the cluster as k
 
 e2e: install cluster-up image ## cluster-up + image + the e2e suite against .cluster/kubeconfig
 	KUBECONFIG=$(KUBECONFIG_E2E) $(PYTHON) -m pytest tests/e2e -q -p no:cacheprovider
+
+KIND_STATE := $(CURDIR)/.cluster-kind
+E2E_KIND_TESTS ?= tests/e2e
+
+kind-up: ## Bring up (or reuse) the offline 2-node kind cluster; writes .cluster-kind/kubeconfig
+	bash tests/cluster/kind/up.sh
+
+kind-down: ## Delete the kind cluster, its network and its dockerd
+	bash tests/cluster/kind/down.sh
+
+e2e-kind: install image kind-up ## image + kind-up + tests/e2e (E2E_KIND_TESTS=...) on 2-node kind, node-loss drills included
+	KUBECONFIG=$(KIND_STATE)/kubeconfig KDIST_CLUSTER_LOGS=$(KIND_STATE)/logs \
+	KDIST_KIND_DOCKER_HOST=unix://$(KIND_STATE)/run/docker.sock \
+	KDIST_E2E_SHARED_DIR=$(KIND_STATE)/shared TMPDIR=$(KIND_STATE)/shared \
+	$(PYTHON) -m pytest $(E2E_KIND_TESTS) -q -p no:cacheprovider
 
 bench: install ## Benchmarks: writes bench/results.json and the table in bench/README.md
 	$(PYTHON) -m bench.run

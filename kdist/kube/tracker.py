@@ -9,7 +9,6 @@ clock of its own beyond what it is given.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from typing import Any
 
 from kdist.kube.objects import (
@@ -22,152 +21,17 @@ from kdist.kube.objects import (
     job_kind_backend,
     job_max_steps,
     job_nodes,
-    job_pod_templates,
     parse_record,
     pod_view,
     terminal_condition,
     workload_state,
 )
+from kdist.kube.state import Failure, JobState, RankState, template_env
 from kdist.shared import env as E
 from kdist.shared import exitcodes
 
+__all__ = ["Failure", "JobState", "RankState", "Tracker"]
 MAX_HISTORY = 500
-
-
-@dataclass
-class RankState:
-    """What is known about one node rank (one pod at a time; replacements counted)."""
-
-    rank: int
-    pod: str = ""
-    phase: str = "Pending"
-    reason: str = ""
-    restarts: int = 0
-    node: str = ""
-    step: int | None = None
-    loss: float | None = None
-    losses: list[float] = field(default_factory=list)
-    samples_per_s: float | None = None  # the whole job's, as the rank's last step line said
-    steps_per_s: float | None = None
-    world_size: int | None = None
-    done: bool = False
-    exit_code: int | None = None
-    finished_at: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in self.__dataclass_fields__}
-
-
-@dataclass(frozen=True)
-class Failure:
-    """A pod of the job that exited non-zero (kept after the pod is replaced or deleted)."""
-
-    rank: int
-    pod: str
-    exit_code: int
-    reason: str
-    finished_at: str
-    said: str = ""  # the last line the pod's main container wrote (its termination message)
-
-
-@dataclass
-class JobState:
-    """One job as far as the events seen so far tell."""
-
-    name: str
-    namespace: str = ""
-    kind: str = ""
-    backend: str = ""
-    nodes: int | None = None
-    max_steps: int | None = None
-    created: str | None = None
-    finished: str | None = None
-    outcome: str | None = None  # Succeeded | Failed | Deleted once terminal
-    reason: str = ""
-    message: str = ""
-    queue_name: str = ""  # Kueue: the LocalQueue, and its verdict and words
-    queue_status: str = ""  # "" (no queue) | queued | admitted | never-fits
-    queue_message: str = ""
-    code: str = ""  # sha256 of the shipped workdir (spec.workdir), "" when none was
-    max_restarts: int | None = None  # spec.distributed.maxRestarts (from the pods' env)
-    ranks: dict[int, RankState] = field(default_factory=dict)
-    failures: list[Failure] = field(default_factory=list)
-
-    @property
-    def phase(self) -> str:
-        if self.outcome:
-            return self.outcome
-        if self.queue_status in ("queued", "never-fits") and \
-                all(r.phase in ("Pending", "Deleted") for r in self.ranks.values()):
-            return "Queued"
-        if any(r.phase not in ("Pending", "Deleted") for r in self.ranks.values()):
-            return "Running"
-        return "Pending"
-
-    def rank(self, r: int) -> RankState:
-        if r not in self.ranks:
-            self.ranks[r] = RankState(r)
-        return self.ranks[r]
-
-    def rank_phase(self, r: RankState) -> str:
-        """A rank's phase for display: "Gone" once the job is over and its pod deleted."""
-        return "Gone" if self.outcome and not r.pod else r.phase
-
-    def first_failure(self) -> Failure | None:
-        """The pod whose failure explains the job's: the most telling, then the earliest.
-
-        A code error before a kill before a lost peer (``exitcodes.severity``).
-        """
-        return min(self.failures, default=None,
-                   key=lambda f: (exitcodes.severity(f.exit_code), f.finished_at, f.rank))
-
-    def failure_line(self) -> str:
-        """One line naming why the job failed: the rank and its exit code when known."""
-        bad = self.first_failure()
-        what = f"job {self.name} failed"
-        if self.outcome == DELETED:
-            return f"job {self.name} was deleted before it finished"
-        if bad is not None:
-            why = f" ({bad.reason})" if bad.reason and bad.reason != "Error" else ""
-            what += f": rank {bad.rank} (pod {bad.pod}) exited with code {bad.exit_code}{why}"
-            if bad.said:
-                what += f": {bad.said}"
-        if self.reason:
-            what += f" [{self.reason}: {self.message}]" if self.message else f" [{self.reason}]"
-        return what
-
-    def eta_s(self) -> float | None:
-        """Seconds left at the current pace: (max steps - step) / steps per second (rank 0)."""
-        r = self.ranks.get(0)
-        if self.outcome or r is None or r.step is None or not self.max_steps or \
-                not r.steps_per_s:
-            return None
-        return max(0.0, (self.max_steps - r.step) / r.steps_per_s)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name, "namespace": self.namespace, "kind": self.kind,
-            "backend": self.backend, "nodes": self.nodes, "maxSteps": self.max_steps,
-            "phase": self.phase, "created": self.created, "finished": self.finished,
-            "reason": self.reason, "message": self.message, "etaSeconds": self.eta_s(),
-            "queue": ({"localQueue": self.queue_name, "status": self.queue_status,
-                       "message": self.queue_message} if self.queue_status else None),
-            "code": self.code or None, "maxRestarts": self.max_restarts,
-            "ranks": [dict(self.ranks[r].to_dict(), phase=self.rank_phase(self.ranks[r]))
-                      for r in sorted(self.ranks)],
-            "failures": [f.__dict__ for f in sorted(self.failures, key=lambda f: f.finished_at)],
-        }
-
-
-def template_env(obj: dict[str, Any], name: str) -> str:
-    """A variable of the job's pod template env (KDIST_CODE_SHA256: the shipped code's hash,
-    KDIST_MAX_RESTARTS); "" when it is not there."""
-    for template in job_pod_templates(obj):
-        for c in (template.get("spec") or {}).get("containers") or []:
-            for e in c.get("env") or []:
-                if e.get("name") == name and isinstance(e.get("value"), str):
-                    return e["value"]
-    return ""
 
 
 class Tracker:
@@ -324,6 +188,15 @@ class Tracker:
         if sched.get("status") == "False" and sched.get("reason") == "Unschedulable":
             msg = sched.get("message", "")
             out += self._warn(("sched", msg), f"FailedScheduling: {who}: {msg}")
+        # A node that stopped reporting: the node controller marks its pods not Ready
+        # while their containers' last known state is still running.
+        ready, cready = conditions.get("Ready") or {}, conditions.get("ContainersReady") or {}
+        if v.phase == "Running" and ready.get("status") == "False" and \
+                cready.get("status") == "True":
+            out += self._warn(("node-lost", v.uid),
+                              f"node {v.node or '?'} NotReady (its kubelet stopped reporting); "
+                              f"{who} is lost with it: replaced once the node returns or is "
+                              "tainted node.kubernetes.io/out-of-service")
         # The kubelet's eviction (status.reason) and the API's DisruptionTarget condition
         # tell the same story: one warning, the kubelet's words preferred.
         disrupted = (conditions.get("DisruptionTarget") or {}).get("status") == "True"

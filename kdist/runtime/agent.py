@@ -12,7 +12,7 @@ job. What kdist adds around it:
 - the failure named is the most telling one, not the SIGTERM the agent sent
   the survivors (``failures.pick_failure``);
 - ``progressTimeoutSeconds`` (``kdist.runtime.watchdog``): a silent job ends
-  with ``exitcodes.HUNG``;
+  with ``exitcodes.HUNG``; a node whose node 0 is gone ends with ``PEER_LOST``;
 - a SIGTERM (a deleted, evicted or drained pod) reaches every worker as
   SIGTERM (the agent forwards what it receives), and they get ``STOP_GRACE_S``
   to finish (kdist's workloads save a checkpoint) before SIGKILL.
@@ -70,13 +70,19 @@ def _children() -> list[int]:
     return found
 
 
-class _Hang:
-    """What the watchdog found, and stopping the node's workers when it fires."""
+class _Stopper:
+    """What the watchdog found (a hang, or node 0 gone), and stopping the node's workers."""
 
     def __init__(self, plan: LaunchPlan, output: Output) -> None:
         self.plan, self.output = plan, output
         self.detail = ""
         self.lock = threading.Lock()
+
+    def lost(self, reason: str) -> None:
+        with self.lock:
+            self.detail = f"node {self.plan.node_rank} lost node 0: {reason}"
+        say(f"{self.detail}; stopping this node's workers")
+        self._stop_workers()
 
     def __call__(self, silent_s: float) -> None:
         ranks = self.plan.global_ranks
@@ -93,6 +99,9 @@ class _Hang:
                 f"progress for {silent_s:.0f}s (progressTimeoutSeconds="
                 f"{self.plan.progress_timeout_s}; this node: {silence})")
         say(f"{self.detail}; stopping this node's workers")
+        self._stop_workers()
+
+    def _stop_workers(self) -> None:
         for pid in _children():  # SIGKILL: a hung worker would not act on SIGTERM
             for kill in (os.killpg, os.kill):
                 try:
@@ -122,20 +131,35 @@ def _failed(plan: LaunchPlan, failures: dict, output: Output) -> int:
 
 def run(plan: LaunchPlan, module: str | None, rest: list[str], *, prefix_lines: bool) -> int:
     """Run this node's workers under torch's elastic agent; return the node's exit code."""
-    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, SignalException, Std
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+    # torch's C++ log lines in the launcher are the store's connection errors (with a
+    # stack trace each) once a peer's launcher is gone; the launcher says it in one
+    # line. The workers, started later, get the environment as it was.
+    quiet = "TORCH_CPP_LOG_LEVEL" not in os.environ
+    if quiet:
+        os.environ["TORCH_CPP_LOG_LEVEL"] = "FATAL"
+    try:
+        from torch.distributed.elastic.multiprocessing import (
+            DefaultLogsSpecs,
+            SignalException,
+            Std,
+        )
+        from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+        from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+    finally:
+        if quiet:
+            del os.environ["TORCH_CPP_LOG_LEVEL"]
 
     work = Path(tempfile.mkdtemp(prefix="kdist-launch-"))
     kdist_workload = (module or "").startswith("kdist.workloads.")
     output = Output(work / "pipes", plan.global_ranks, prefix=prefix_lines,
                     is_progress=_is_json_event if kdist_workload else None).start()
     os.environ[E.OUTPUT_PIPES] = str(output.directory)
-    hang = _Hang(plan, output)
+    hang = _Stopper(plan, output)
     watchdog = None
-    if plan.progress_timeout_s:
-        watchdog = Watchdog(plan.progress_timeout_s, JobProgress(plan, output).total,
-                            hang).start()
+    if plan.progress_timeout_s or plan.nnodes > 1:  # a hang, or node 0 gone
+        progress = JobProgress(plan, output, started=lambda: bool(_children()))
+        watchdog = Watchdog(plan.progress_timeout_s, progress.total, hang,
+                            on_lost=hang.lost).start()
     config = LaunchConfig(**_supported(LaunchConfig, dict(
         min_nodes=plan.nnodes,
         max_nodes=plan.nnodes,
@@ -156,11 +180,11 @@ def run(plan: LaunchPlan, module: str | None, rest: list[str], *, prefix_lines: 
         elastic_launch(config, entrypoint)(*args)
         return 0
     except ChildFailedError as e:
-        if watchdog is not None and watchdog.fired:
+        if watchdog is not None and (watchdog.fired or watchdog.lost):
+            code = exitcodes.HUNG if watchdog.fired else exitcodes.PEER_LOST
             with hang.lock:
-                say(f"{hang.detail}; exiting {exitcodes.HUNG}: "
-                    f"{exitcodes.describe(exitcodes.HUNG)}")
-            return exitcodes.HUNG
+                say(f"{hang.detail}; exiting {code}: {exitcodes.describe(code)}")
+            return code
         return _failed(plan, e.failures, output)
     except SignalException as e:
         say(f"stopped by {signal.Signals(e.sigval).name}; exiting {128 + int(e.sigval)}")

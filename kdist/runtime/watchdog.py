@@ -15,6 +15,14 @@ has not moved for the limit, every node stops its workers within about a
 second of the others and exits ``exitcodes.HUNG``, and the gang restarts.
 The clock starts at the job's first output: starting up (imports, the
 rendezvous, loading a checkpoint) is not watched.
+
+The same counter tells a node that node 0 is gone (its store stops
+answering for ``LOST_AFTER_S``): its ranks are dead, so this node stops its
+own workers and exits ``PEER_LOST``, even when they sit outside any
+collective (a hung rank, whose peers' failures it would never notice). This
+part runs on every job of several nodes, with or without a progress limit:
+otherwise the node would keep its pod until the restarted master's
+rendezvous gave up on it.
 """
 
 from __future__ import annotations
@@ -31,47 +39,78 @@ from kdist.runtime.plan import LaunchPlan
 TICK_S = 1.0
 STORE_KEY = "kdist-watchdog/progress"
 STORE_TIMEOUT_S = 5
+# The master's store unreachable this long (once it answered): node 0's launcher is
+# gone, and with it node 0's ranks. Long enough that a network blip is not a loss.
+LOST_AFTER_S = 15.0
+
+
+class MasterLost(Exception):
+    """The rendezvous store on node 0 stopped answering: the gang is broken."""
 
 
 class JobProgress:
-    """The job's total progress: this node's, plus (several nodes) everyone's via the store."""
+    """The job's total progress: this node's, plus (several nodes) everyone's via the store.
 
-    def __init__(self, plan: LaunchPlan, output: Output) -> None:
-        self.plan, self.output = plan, output
+    A node whose master went away learns it here (``MasterLost``), even when its
+    own workers sit outside any collective (a hung rank would otherwise wait forever).
+    """
+
+    def __init__(self, plan: LaunchPlan, output: Output, *,
+                 started: Callable[[], bool] = lambda: True,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.plan, self.output, self.clock = plan, output, clock
+        # Whether this node's workers run: the rendezvous is done, so node 0's store is
+        # up. Not asked before (a refused connection costs seconds and log lines).
+        self.started = started
         self._store: Any = None  # a TCPStore client, once the master's store answers
-        self._sent = 0
+        self._sent = self._total = 0
+        self._answered = False
+        self._failing_since: float | None = None
 
-    def total(self) -> int:
-        mine = self.output.progress()
-        if self.plan.nnodes == 1:
-            return mine
+    def _add(self, delta: int) -> int:
         if self._store is None:
             import torch.distributed as dist
 
-            try:  # node 0's agent opens the store at the rendezvous: maybe not yet
-                self._store = dist.TCPStore(
-                    self.plan.master_addr, self.plan.master_port, is_master=False,
-                    timeout=timedelta(seconds=STORE_TIMEOUT_S))
-            except Exception:
+            self._store = dist.TCPStore(
+                self.plan.master_addr, self.plan.master_port, is_master=False,
+                timeout=timedelta(seconds=STORE_TIMEOUT_S))
+        return int(self._store.add(STORE_KEY, delta))
+
+    def total(self) -> int:
+        mine = self.output.progress()
+        if self.plan.nnodes == 1 or not (self._answered or self.started()):
+            return mine
+        try:
+            self._total = self._add(mine - self._sent)
+        except Exception as e:
+            self._store = None  # connect anew next time
+            if not self._answered:  # node 0's agent opens the store at the rendezvous
                 return mine
-        total = self._store.add(STORE_KEY, mine - self._sent)
-        self._sent = mine
-        return int(total)
+            now = self.clock()
+            if self._failing_since is None:
+                self._failing_since = now
+            elif now - self._failing_since >= LOST_AFTER_S:
+                where = f"{self.plan.master_addr}:{self.plan.master_port}"
+                raise MasterLost(f"the master's store at {where} stopped answering "
+                                 f"{now - self._failing_since:.0f}s ago ({e})") from e
+            return self._total + mine - self._sent  # meanwhile, this node's own progress
+        self._answered, self._failing_since, self._sent = True, None, mine
+        return self._total
 
 
 class Watchdog:
-    """Calls ``on_hang(silent_s)`` once, when ``progress()`` stopped growing for ``limit_s``.
-
-    ``progress`` may raise (the store went away with node 0): the watchdog then
-    stops watching, since the gang is failing anyway.
-    """
+    """Calls ``on_hang(silent_s)`` once, when ``progress()`` stopped growing for ``limit_s``,
+    or ``on_lost(reason)`` once, when ``progress()`` raises ``MasterLost``; then stops."""
 
     def __init__(self, limit_s: float, progress: Callable[[], int],
                  on_hang: Callable[[float], None], *,
+                 on_lost: Callable[[str], None] | None = None,
                  clock: Callable[[], float] = time.monotonic, tick_s: float = TICK_S) -> None:
         self.limit_s, self.progress, self.on_hang = limit_s, progress, on_hang
+        self.on_lost = on_lost
         self.clock, self.tick_s = clock, tick_s
         self.fired = False
+        self.lost = False
         self._last = 0
         self._moved_at: float | None = None  # None until the first progress
         self._stop = threading.Event()
@@ -93,8 +132,8 @@ class Watchdog:
         if seen != self._last:
             self._last, self._moved_at = seen, now
             return False
-        if self._moved_at is None or now - self._moved_at < self.limit_s:
-            return False
+        if self.limit_s <= 0 or self._moved_at is None or now - self._moved_at < self.limit_s:
+            return False  # no limit (only node 0's liveness is watched), or not yet
         self.fired = True
         self.on_hang(now - self._moved_at)
         return True
@@ -104,5 +143,10 @@ class Watchdog:
             try:
                 if self.check():
                     return
-            except Exception:  # the store is gone: so is the master, the gang is ending
+            except MasterLost as e:
+                self.lost = True
+                if self.on_lost is not None:
+                    self.on_lost(str(e))
+                return
+            except Exception:  # nothing to watch with (never expected): stop quietly
                 return

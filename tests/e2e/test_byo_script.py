@@ -82,6 +82,10 @@ class Output:
     def text(self) -> str:
         return "\n".join(line for _, line in self.lines)
 
+    def timed(self, since: float) -> str:
+        """The lines with their arrival times relative to `since` (printed: pytest -s)."""
+        return "\n".join(f"{t - since:7.1f}s {line}" for t, line in self.lines)
+
     def wait_for(self, pattern: str, timeout: float) -> float:
         """When the first line matching `pattern` arrived (waiting up to `timeout` s)."""
         regex, deadline = re.compile(pattern), time.monotonic() + timeout
@@ -144,6 +148,7 @@ def test_a_sigkilled_worker_of_an_unchanged_torchrun_script_restarts_and_resumes
                      key=lambda f: (f["exit_code"] != 137, f["finished_at"]))
         assert (blamed["rank"], blamed["exit_code"]) == (1, 137), status["failures"]
         assert "worker rank 1 " in blamed["said"], blamed
+    print(out.timed(fault))
     report({"drill": "byo-sigkill", "backend": backend,
             "seconds_fault_to_resumed": round(resumed - fault, 1)})
 

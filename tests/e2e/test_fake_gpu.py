@@ -61,13 +61,13 @@ def test_gpu_job_is_scheduled_by_count_and_trains_on_cpu(kube: Kube, namespace, 
         assert c.resources.limits[GPU] == str(per_pod)
         assert c.resources.requests[GPU] == str(per_pod)  # the API server defaults it
         assert pod.spec.node_name
-    # procsPerNode: auto is resolved in the pod from the GPUs it sees: none here (no
-    # device plugin), so one process per pod, on gloo.
+    # procsPerNode: auto is resolved in the pod as one worker per GPU the pod requested
+    # (KDIST_GPUS), never from what the node's runtime exposes: per_pod workers per pod.
     logs = kdist("logs", "gpu")
     assert logs.returncode == 0
     worlds = {json.loads(line[line.index("{"):])["world_size"]
               for line in logs.stdout.splitlines() if '"event": "done"' in line}
-    assert worlds == {2}, logs.stdout
+    assert worlds == {2 * per_pod}, logs.stdout
 
 
 def test_more_gpus_than_exist_fails_scheduling_clearly(kube: Kube, namespace, job_file):

@@ -35,7 +35,7 @@ import shutil
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -95,15 +95,23 @@ def node_ready(kube: Kube, name: str) -> bool:
         raise
 
 
-def wait_node(kube: Kube, name: str, ready: bool, timeout: float = NODE_TIMEOUT) -> float:
-    """Seconds until node `name`'s Ready condition is (or is no longer) True."""
+def node_schedulable(kube: Kube, name: str) -> bool:
+    return _schedulable(kube.core.read_node(name, _request_timeout=REQUEST_TIMEOUT))
+
+
+def wait_node(kube: Kube, name: str, want: Callable[[Kube, str], bool],
+              timeout: float = NODE_TIMEOUT) -> float:
+    """Seconds until `want(kube, name)` holds for node `name` (polled each second)."""
     started = time.monotonic()
-    while node_ready(kube, name) != ready:
+    while not want(kube, name):
         if time.monotonic() - started > timeout:
-            raise TimeoutError(f"node {name} not {'Ready' if ready else 'NotReady'} "
-                               f"after {timeout}s")
+            raise TimeoutError(f"node {name}: {want.__name__} not true after {timeout}s")
         time.sleep(1)
     return time.monotonic() - started
+
+
+def node_not_ready(kube: Kube, name: str) -> bool:
+    return not node_ready(kube, name)
 
 
 @dataclass(frozen=True)
@@ -158,11 +166,14 @@ def victim(kube: Kube) -> Iterator[KindNode]:
         pytest.skip(f"node {node.name} is not a Docker container reachable here "
                     "(set KDIST_KIND_DOCKER_HOST to the kind cluster's Docker socket)")
     yield node
-    # Whatever happened, leave the node as it was: running, Ready, not tainted.
+    # Whatever happened, leave the node as it was: running, Ready, without the
+    # taints of its outage (the node controller lifts "unreachable" a little
+    # after Ready; the next test must find both nodes schedulable).
     if not node.running():
         node.start()
-    wait_node(kube, node.name, ready=True)
+    wait_node(kube, node.name, node_ready)
     set_taint(kube, node.name, present=False)
+    wait_node(kube, node.name, node_schedulable)
 
 
 @pytest.fixture
@@ -365,7 +376,7 @@ def drill(kube: Kube, namespace: str, name: str, backend: str, outage: str, vict
 
     fault_time = time.monotonic()
     victim.crash()
-    notready_s = wait_node(kube, victim.name, ready=False)
+    notready_s = wait_node(kube, victim.name, node_not_ready)
     if outage == "node-returns":
         victim.start()
     else:

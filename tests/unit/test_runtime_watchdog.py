@@ -103,3 +103,84 @@ def test_no_counter_where_the_count_is_known_or_cannot_be_kept(tmp_path):
     assert restarts.counter_path(known) is None
     restarts.leave(tmp_path / "missing" / "c", 1)  # never raises
     assert restarts.take(tmp_path / "missing" / "c") == 0
+
+
+class FakeStore:
+    """JobProgress's store: a shared counter that can go away."""
+
+    def __init__(self) -> None:
+        self.total, self.up = 0, True
+
+    def add(self, delta: int) -> int:
+        if not self.up:
+            raise ConnectionError("Failed to recv, got 0 bytes")
+        self.total += delta
+        return self.total
+
+
+def test_the_job_progress_is_every_nodes_and_a_dead_master_is_noticed(monkeypatch):
+    from kdist.runtime.watchdog import LOST_AFTER_S, JobProgress, MasterLost
+
+    class Out:
+        count = 0
+
+        def progress(self) -> int:
+            return self.count
+
+    fake, out, store = Fake(), Out(), FakeStore()
+    progress = JobProgress(plan(), out, clock=lambda: fake.now)  # type: ignore[arg-type]
+    monkeypatch.setattr(progress, "_add", store.add)
+    store.up = False
+    fake.now = 100.0
+    assert progress.total() == 0  # the store is not up yet at start: no loss, just wait
+    store.up, store.total = True, 5  # node 0's ranks printed 5 times
+    out.count = 2
+    assert progress.total() == 7
+    assert progress.total() == 7  # only what is new is added
+    store.up = False
+    out.count = 3
+    assert progress.total() == 8  # meanwhile this node's own progress still counts
+    fake.now += LOST_AFTER_S - 1
+    assert progress.total() == 8
+    fake.now += 1
+    with pytest.raises(MasterLost, match="stopped answering"):
+        progress.total()
+
+
+def test_the_watchdog_reports_a_lost_master_once_and_stops():
+    from kdist.runtime.watchdog import MasterLost
+
+    lost: list[str] = []
+
+    def gone() -> int:
+        raise MasterLost("the master's store at m:29500 stopped answering")
+
+    w = Watchdog(10.0, gone, lambda s: None, on_lost=lost.append, tick_s=0.01).start()
+    w._thread.join(timeout=10)
+    assert lost == ["the master's store at m:29500 stopped answering"] and w.lost
+    assert not w.fired
+
+
+def test_without_a_limit_only_the_master_is_watched():
+    fake = Fake()
+    w = watchdog(fake, limit=0)
+    fake.progress = 1
+    w.check()
+    fake.now = 10_000.0
+    assert not w.check() and not w.fired
+
+
+def test_the_store_is_not_asked_before_this_nodes_workers_run(monkeypatch):
+    from kdist.runtime.watchdog import JobProgress
+
+    class Out:
+        def progress(self) -> int:
+            return 0
+
+    asked: list[int] = []
+    running = False
+    progress = JobProgress(plan(), Out(), started=lambda: running)  # type: ignore[arg-type]
+    monkeypatch.setattr(progress, "_add", lambda delta: asked.append(delta) or 4)
+    assert progress.total() == 0 and asked == []  # node 0's store may not be up yet
+    running = True
+    assert progress.total() == 4 and asked == [0]
