@@ -49,7 +49,7 @@ unit: install ## Unit tests only (no processes, no cluster; seconds)
 
 lint: install-cli ## ruff, import layers (import-linter), mypy
 	$(PYTHON) -m ruff check kdist tests bench
-	lint-imports
+	$(PYTHON) -c "import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())"
 	$(PYTHON) -m mypy kdist
 
 manifests: install-cli ## Regenerate manifests/ from examples/ and the add-ons
