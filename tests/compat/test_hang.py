@@ -48,5 +48,7 @@ def test_collective_timeout_applies_to_an_unchanged_script(tmp_path):
         restart = run.wait_for(RESTART, timeout=45)
         code = run.wait(timeout=90)
     waited = restart.t - hung.t
-    assert waited <= 15.0 + 15.0, f"collective timed out {waited:.1f}s after the hang\n{run.text}"
+    # Torch's default is 30 min: anything near the 15 s set proves the spec's timeout applies;
+    # the slack is for a loaded 2-core machine (30.8 s seen at load 15).
+    assert waited <= 15.0 + 45.0, f"collective timed out {waited:.1f}s after the hang\n{run.text}"
     assert_finished_after_one_restart(run, code)
