@@ -256,7 +256,7 @@ def _pump(proc: subprocess.Popen[bytes], node: int, out: IO[str], lock: threadin
                 writable = False
 
 
-def _descendants(pid: int) -> list[int]:
+def descendants(pid: int) -> list[int]:
     """Every live process below ``pid`` (workers run in sessions of their own)."""
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
@@ -285,7 +285,7 @@ def _signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
 
 
 def _kill_tree(proc: subprocess.Popen[bytes]) -> None:
-    for pid in _descendants(proc.pid):
+    for pid in descendants(proc.pid):
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:

@@ -197,6 +197,7 @@ def init(file: str, force: bool) -> None:
 
 def _write_new(path: Path, text: str, force: bool) -> None:
     """Write `path` whole (temp file + rename), never through a symlink."""
+    import contextlib
     import os
     import tempfile
 
@@ -211,11 +212,16 @@ def _write_new(path: Path, text: str, force: bool) -> None:
         raise UsageError(f"{path}: directory {parent} does not exist")
     try:
         fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as e:
+        raise UsageError(f"{path}: cannot write: {e.strerror or e}") from None
+    try:
         with os.fdopen(fd, "w") as f:
             f.write(text)
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except OSError as e:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)  # nothing half-written left behind
         raise UsageError(f"{path}: cannot write: {e.strerror or e}") from None
 
 

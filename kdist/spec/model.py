@@ -10,23 +10,21 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
-    BaseModel,
     BeforeValidator,
-    ConfigDict,
     Field,
     StrictBool,
     StrictInt,
     field_validator,
     model_validator,
 )
-from pydantic.alias_generators import to_camel
 
 from kdist.shared.labels import QUEUE
 from kdist.spec import checks as C
 from kdist.spec.affinity import Affinity, TopologySpreadConstraint
 from kdist.spec.checks import INT32_MAX, INT64_MAX, MAX_NODES
 from kdist.spec.overlay import check_overlay
-from kdist.spec.pod import PodSettings
+from kdist.spec.pod import ClaimSource, PodSettings, ScratchSource
+from kdist.spec.pod import PodModel as _Model
 
 EnvName = Annotated[str, AfterValidator(C.env_name)]
 # A string a process receives (args, env values): YAML numbers only when their
@@ -37,14 +35,6 @@ ProcStr = Annotated[str, BeforeValidator(C.scalar_str), AfterValidator(C.no_nul)
 
 ExtendedName = Annotated[str, AfterValidator(C.extended_name)]
 ExtendedCount = Annotated[str, BeforeValidator(C.extended_count)]
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(
-        frozen=True,
-        extra="forbid",
-        alias_generator=to_camel,
-    )
 
 
 class Metadata(_Model):
@@ -175,34 +165,9 @@ class EnvFromSource(_Model):
         return self
 
 
-class PVCSource(_Model):
-    claim_name: str
-    read_only: StrictBool | None = None
-
-    @field_validator("claim_name")
-    @classmethod
-    def _claim(cls, v: str) -> str:
-        return C.subdomain(v, "claimName")
-
-
-class EmptyDirSource(_Model):
-    medium: Literal["", "Memory"] | None = None
-    size_limit: str | None = None
-
-    _str = field_validator("size_limit", mode="before")(classmethod(
-        lambda cls, v: C.scalar_str(v)))
-
-    @field_validator("size_limit")
-    @classmethod
-    def _size(cls, v: str | None) -> str | None:
-        if v is not None:
-            C.quantity(v, "sizeLimit")
-        return v
-
-
 class CheckpointVolume(_Model):
-    persistent_volume_claim: PVCSource | None = None
-    empty_dir: EmptyDirSource | None = None
+    persistent_volume_claim: ClaimSource | None = None
+    empty_dir: ScratchSource | None = None
 
     @model_validator(mode="after")
     def _one(self) -> CheckpointVolume:

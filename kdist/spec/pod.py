@@ -44,9 +44,9 @@ DEFAULT_GRACE_SECONDS = 60
 
 
 class PodModel(BaseModel):
-    # The same settings as kdist.spec.model's base (which builds on this module).
-    model_config = ConfigDict(  # type: ignore[typeddict-unknown-key]
-        frozen=True, extra="forbid", alias_generator=to_camel, str_strict=True)
+    """The base of every spec model: frozen, unknown fields refused, camelCase in YAML."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel)
 
 
 def _capability(cap: str) -> str:

@@ -24,6 +24,8 @@ from typing import Any
 
 import yaml
 
+from kdist.local import descendants  # the runner's own view of its process tree
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 JOBS = HERE / "jobs"
@@ -164,26 +166,6 @@ def run_kdist(job: Path, cwd: Path, timeout: float,
     """Run a job to its end: (exit code, the run with its output)."""
     with KdistRun(job, cwd, env=env) as run:
         return run.wait(timeout), run
-
-
-def descendants(pid: int) -> list[int]:
-    """Every live process below ``pid`` (launchers and workers start sessions of their own)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])  # comm may hold spaces
-        except (OSError, IndexError, ValueError):
-            continue
-        children.setdefault(ppid, []).append(int(entry))
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
 
 
 def _cmdline(pid: int) -> list[str]:

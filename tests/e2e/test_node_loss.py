@@ -50,7 +50,16 @@ from kdist.spec import validate_job
 
 from .conftest import REQUEST_TIMEOUT, Kube
 from .conftest_cli import job_spec, kdist_popen_fixture  # noqa: F401
-from .test_restarts import ARGS, CKPT_EVERY, FAULT_AFTER, MAX_STEPS, STRIKE_AT, Stream, figures
+from .test_restarts import (
+    ARGS,
+    CKPT_EVERY,
+    FAULT_AFTER,
+    MAX_STEPS,
+    STRIKE_AT,
+    Stream,
+    figures,
+    hostpath_pv,
+)
 from .test_training import create, rank_records, wait_job
 
 OUT_OF_SERVICE = "node.kubernetes.io/out-of-service"
@@ -185,22 +194,7 @@ def node_shared_volume(kube: Kube, namespace: str) -> Iterator[dict[str, Any]]:
                     "on every node (make e2e-kind sets it)")
     host_dir = Path(shared) / namespace
     host_dir.mkdir()
-    host_dir.chmod(0o777)  # pods run as UID 1000; hostPath gets no fsGroup
-    pv_name = f"{namespace}-ckpt"
-    kube.core.create_persistent_volume(
-        client.V1PersistentVolume(
-            metadata=client.V1ObjectMeta(name=pv_name),
-            spec=client.V1PersistentVolumeSpec(
-                capacity={"storage": "1Gi"},
-                access_modes=["ReadWriteMany"],
-                persistent_volume_reclaim_policy="Retain",
-                storage_class_name="",
-                host_path=client.V1HostPathVolumeSource(path=str(host_dir), type="Directory"),
-                claim_ref=client.V1ObjectReference(namespace=namespace, name="ckpt"),
-            ),
-        ),
-        _request_timeout=REQUEST_TIMEOUT,
-    )
+    pv_name = hostpath_pv(kube, namespace, str(host_dir), "ReadWriteMany")
     kube.core.create_namespaced_persistent_volume_claim(
         namespace,
         client.V1PersistentVolumeClaim(

@@ -83,22 +83,7 @@ def shared_volume(kube: Kube, namespace: str) -> Iterator[dict[str, Any]]:
         claim.storage_class_name = default[0]
     else:
         host_dir = tempfile.mkdtemp(prefix="kdist-e2e-ckpt-")
-        os.chmod(host_dir, 0o777)  # pods run as UID 1000; hostPath gets no fsGroup
-        pv_name = f"{namespace}-ckpt"
-        kube.core.create_persistent_volume(
-            client.V1PersistentVolume(
-                metadata=client.V1ObjectMeta(name=pv_name),
-                spec=client.V1PersistentVolumeSpec(
-                    capacity={"storage": "1Gi"},
-                    access_modes=["ReadWriteOnce"],
-                    persistent_volume_reclaim_policy="Retain",
-                    storage_class_name="",
-                    host_path=client.V1HostPathVolumeSource(path=host_dir, type="Directory"),
-                    claim_ref=client.V1ObjectReference(namespace=namespace, name="ckpt"),
-                ),
-            ),
-            _request_timeout=REQUEST_TIMEOUT,
-        )
+        pv_name = hostpath_pv(kube, namespace, host_dir, "ReadWriteOnce")
         claim.storage_class_name, claim.volume_name = "", pv_name
     kube.core.create_namespaced_persistent_volume_claim(
         namespace,
@@ -109,6 +94,27 @@ def shared_volume(kube: Kube, namespace: str) -> Iterator[dict[str, Any]]:
     if pv_name:
         kube.core.delete_persistent_volume(pv_name, _request_timeout=REQUEST_TIMEOUT)
         shutil.rmtree(host_dir, ignore_errors=True)
+
+
+def hostpath_pv(kube: Kube, namespace: str, host_dir: str, access: str) -> str:
+    """A PV on `host_dir`, reserved for the namespace's claim `ckpt`; returns its name."""
+    os.chmod(host_dir, 0o777)  # pods run as UID 1000; hostPath gets no fsGroup
+    pv_name = f"{namespace}-ckpt"
+    kube.core.create_persistent_volume(
+        client.V1PersistentVolume(
+            metadata=client.V1ObjectMeta(name=pv_name),
+            spec=client.V1PersistentVolumeSpec(
+                capacity={"storage": "1Gi"},
+                access_modes=[access],
+                persistent_volume_reclaim_policy="Retain",
+                storage_class_name="",
+                host_path=client.V1HostPathVolumeSource(path=host_dir, type="Directory"),
+                claim_ref=client.V1ObjectReference(namespace=namespace, name="ckpt"),
+            ),
+        ),
+        _request_timeout=REQUEST_TIMEOUT,
+    )
+    return pv_name
 
 
 def running_pod(kube: Kube, namespace: str, job: str, rank: int) -> str:
