@@ -12,7 +12,7 @@ STAMP := .install.stamp
 CLI_STAMP := .install-cli.stamp
 
 .DEFAULT_GOAL := help
-.PHONY: help install install-cli demo test unit lint manifests golden e2e image cluster-up cluster-down kind-up kind-down e2e-kind bench clean
+.PHONY: help install install-cli demo test unit lint manifests golden e2e image cluster-build cluster-up cluster-down kind-up kind-down e2e-kind bench clean
 
 help: ## List every target with one line
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | \
@@ -57,6 +57,9 @@ manifests: install-cli ## Regenerate manifests/ from examples/ and the add-ons
 
 golden: install-cli ## Regenerate tests/unit/golden/ (review the diff!)
 	$(PYTHON) -m tests.unit.golden --update
+
+cluster-build: ## Build (once, cached in ~/.cache/kdist) every binary of both test clusters; no root, no cluster
+	bash tests/cluster/kind/up.sh --build-only
 
 cluster-up: ## Bring up (or reuse) the single-node test cluster; writes .cluster/kubeconfig
 	bash tests/cluster/up.sh

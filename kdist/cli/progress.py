@@ -155,13 +155,20 @@ class LiveDisplay(PlainDisplay):
 
     def __init__(self, echo_logs: bool = False) -> None:
         super().__init__(echo_logs=echo_logs)
-        from rich.console import Console
-        from rich.live import Live
-
-        self.console = Console()
         self._state: JobState | None = None
         self._drawn = 0.0
-        self.live = Live(console=self.console, auto_refresh=False, transient=False)
+        # Made on first use: `kdist submit` makes its display before it sends anything,
+        # and rich's import (~20 ms) need not come before the `created` lines.
+        self._live: Any = None
+
+    @property
+    def live(self) -> Any:
+        if self._live is None:
+            from rich.console import Console
+            from rich.live import Live
+
+            self._live = Live(console=Console(), auto_refresh=False, transient=False)
+        return self._live
 
     def start(self, state: JobState) -> None:
         self._state = state
@@ -193,9 +200,9 @@ class LiveDisplay(PlainDisplay):
         self.live.console.print(Text(text, style="yellow" if err else ""), soft_wrap=True)
 
     def stop(self) -> None:
-        if self.live.is_started:
+        if self._live is not None and self._live.is_started:
             self._redraw(force=True)
-            self.live.stop()
+            self._live.stop()
 
 
 def make_display(echo_logs: bool = False) -> PlainDisplay:

@@ -39,8 +39,9 @@ class Cluster:
     """One API server, as the kubeconfig (and --context) says."""
 
     def __init__(self, configuration: Any, request_timeout: float) -> None:
-        from kubernetes.client import rest
+        from kdist.kube.official import pieces
 
+        rest = pieces()[2]
         self.configuration = configuration
         self.server: str = str(configuration.host).rstrip("/")
         self.request_timeout = request_timeout

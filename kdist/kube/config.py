@@ -105,9 +105,10 @@ class KubeConfig:
 
     def configuration(self) -> Any:
         """A `kubernetes.client.Configuration` for this context (server, TLS, credentials)."""
-        from kubernetes import client, config
+        from kdist.kube.official import pieces
 
-        cfg = client.Configuration()
+        configuration, config, _ = pieces()
+        cfg = configuration()
         try:
             if self.in_cluster:
                 config.load_incluster_config(client_configuration=cfg)

@@ -57,3 +57,65 @@ def test_the_runtime_loads_none_of_the_cli_libraries(statement):
 def test_help_loads_neither_pydantic_nor_jinja_nor_the_kubernetes_client():
     top = loaded_by("from kdist.cli import main")
     assert {"pydantic", "jinja2", "kubernetes", "torch"} & set(top) == set()
+
+
+def loaded_by_cli(*args: str) -> set[str]:
+    """Every module a `kdist ARGS` run (in a fresh interpreter) has imported by its end."""
+    code = ("import json, sys\nfrom kdist.cli import main\n"
+            f"main({list(args)!r}, standalone_mode=False)\n"
+            "print('\\nMODULES', json.dumps(sorted(sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=ROOT).stdout
+    return set(json.loads(out.rpartition("\nMODULES ")[2]))
+
+
+def test_render_loads_no_cluster_client_nor_rich_nor_torch():
+    # The cost of a cold `kdist render` is bench figure cli.render_vs_bare_imports.
+    top = {m.split(".")[0] for m in loaded_by_cli("render", "examples/ddp-cpu.yaml")}
+    assert {"kubernetes", "urllib3", "requests", "rich", "torch"} & top == set()
+
+
+KUBECONFIG = """apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: 'http://127.0.0.1:9'}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+"""
+
+
+def test_a_cluster_client_imports_only_the_pieces_of_the_official_package_it_uses(tmp_path):
+    """`kubernetes/__init__` imports every subpackage (and the kubeconfig loader `requests`,
+    for OIDC refreshes): most of `kdist submit`'s start-up. kdist loads the loaders and the
+    connection pool alone, and the packages stay whole for anyone else in the process."""
+    (tmp_path / "kubeconfig").write_text(KUBECONFIG)
+    code = f"""
+import json, sys
+from kdist.kube.client import Cluster
+from kdist.kube.config import ClusterOptions
+cluster = Cluster.connect(ClusterOptions(kubeconfig={str(tmp_path / "kubeconfig")!r}))
+assert cluster.server == "http://127.0.0.1:9", cluster.server
+before = sorted(sys.modules)
+kube_config = sys.modules["kubernetes.config.kube_config"]
+import kubernetes, kubernetes.client, requests_oauthlib
+from kubernetes import watch
+session = kube_config.OAuth2Session(client_id="x")
+print(json.dumps({{
+    "before": before,
+    "whole": [kubernetes.dynamic.__name__, watch.Watch.__name__,
+              kubernetes.client.CoreV1Api.__name__, kubernetes.client.V1Pod.__name__],
+    "same": [type(session) is requests_oauthlib.OAuth2Session,
+             kubernetes.client.Configuration is type(cluster.configuration),
+             type(kube_config.ApiClient()) is kubernetes.client.ApiClient],
+}}))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=ROOT).stdout
+    seen = json.loads(out)
+    before = set(seen["before"])
+    assert {"kubernetes.config.kube_config", "kubernetes.client.rest"} <= before
+    assert {"kubernetes.dynamic", "kubernetes.watch", "kubernetes.stream", "requests",
+            "requests_oauthlib.oauth2_session", "jsonschema"} & before == set()
+    assert not any(m.startswith("kubernetes.client.models.") for m in before)
+    assert seen["whole"] == ["kubernetes.dynamic", "Watch", "CoreV1Api", "V1Pod"]
+    assert seen["same"] == [True, True, True]

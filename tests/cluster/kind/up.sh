@@ -613,7 +613,20 @@ load_train_image() {
   log "$TRAIN_IMAGE loaded in $((SECONDS - t0))s"
 }
 
+# --build-only: every binary both clusters need (the harness's, kind, kubeadm,
+# kube-proxy) and nothing else, no root needed; CI runs it while the CPU-light
+# parts of the tests run (.ci/run).
+build_only() {
+  mkdir -p "$LOGS" "$KIND_CACHE"
+  command -v jq >/dev/null || ensure_packages jq
+  build_kind
+  harness_binaries
+  build_k8s_extras
+  log "binaries of both clusters built in $((SECONDS - START))s"
+}
+
 main() {
+  [[ ${1:-} == --build-only ]] && { build_only; return; }
   require_root
   take_lock
   preflight
