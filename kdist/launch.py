@@ -2,10 +2,17 @@
 
 One launcher runs per pod (or per local process group). It reads the kdist
 environment contract (or what the Kubeflow training operator injects into a
-PyTorchJob pod), waits until the master answers, and hands the worker
-processes to torch's elastic agent, which sets ``RANK``, ``LOCAL_RANK``,
-``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT`` and
-``GROUP_RANK`` for each of them.
+PyTorchJob pod), meets the other nodes' launchers, and starts this node's
+worker processes with what torchrun's agent would give them (``RANK``,
+``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``GROUP_RANK``,
+``MASTER_ADDR``, ``MASTER_PORT``, ``TORCHELASTIC_*``; ``kdist.runtime.workers``).
+
+The launcher does not import torch: each worker imports it once, and they all
+start at about the same moment, which is what a pod's start to its first step
+costs (issue 13). The store torchrun's agent would host on the master port is
+served by rank 0's worker (``kdist.runtime.sitehook``) on the socket node 0's
+launcher bound first thing; the launchers talk to each other on that port in
+torch's store protocol (``kdist.runtime.store``, ``kdist.runtime.rendezvous``).
 
 Rendezvous: **static**, with the node rank taken from the pod
 (``KDIST_NODE_RANK`` = the Indexed Job's completion index, or the operator's
@@ -15,7 +22,7 @@ node rank). Why not c10d:
   rank, so pod ``<job>-1`` always holds ranks 1*P..2*P-1 (``kdist logs --rank``,
   pipeline stage placement and log prefixes can rely on it); c10d ranks nodes
   by sorting host names and pids, which moves ranks between pods;
-- one port: the TCP store lives on the master's declared port (the one the
+- one port: the store lives on the master's declared port (the one the
   headless Service and the PyTorchJob's ``pytorchjob-port`` publish); c10d's
   shared store binds a second, random port on rank 0's own FQDN, which a pod
   need not resolve;
@@ -23,8 +30,13 @@ node rank). Why not c10d:
   not because its host name happens to match the master address;
 - the gang is fixed in size (a Job of N pods): nothing elastic is lost.
 
+Every node waits, bounded by ``KDIST_RDZV_TIMEOUT`` from its start, until the
+master resolves and accepts TCP and every node's launcher has joined; only then
+do workers start (exit 2 when the master never answers, 1 when not every node
+joined, as under torch's static rendezvous).
+
 Restarts belong to the job, not to the launcher (see ``kdist.exitcodes``):
-the agent never restarts workers in place. A failed worker ends this
+the launcher never restarts workers in place. A failed worker ends this
 launcher with an exit code that says whether it is worth a retry; every peer
 then fails its next collective and exits ``PEER_LOST``; and whoever runs the
 launchers (the Job controller, the training operator, ``kdist run --local``)
@@ -34,8 +46,9 @@ replaced pod's launcher starts at restart 0 while the survivors would be at
 1, and a dead node 0 takes the store with it.
 
 This module is the entrypoint (argv, then the order of things); the pieces
-live in ``kdist.runtime`` (the plan, the agent, the workers' wrapper, their
-output, the watchdog, failure classification, restart counts).
+live in ``kdist.runtime`` (the plan, the rendezvous, the agent, the workers and
+their environment, their output, the watchdog, failure classification, restart
+counts).
 """
 
 from __future__ import annotations
@@ -45,11 +58,12 @@ import dataclasses
 import os
 import signal
 import sys
+import time
 from collections.abc import Sequence
 
 from kdist.launch_code import use_shipped_code
-from kdist.runtime import restarts
-from kdist.runtime.agent import _supported, run, say
+from kdist.runtime import rendezvous, restarts
+from kdist.runtime.agent import run, say
 from kdist.runtime.failures import cause as _cause
 from kdist.runtime.failures import pick_failure
 from kdist.runtime.plan import LaunchPlan, resolve_env, wait_for_master
@@ -59,7 +73,7 @@ from kdist.shared import exitcodes
 from kdist.shared.errors import LaunchError
 
 # Names other modules and tests knew here before the launcher was split up.
-__all__ = ["LaunchError", "LaunchPlan", "_cause", "_entrypoint", "_supported", "main",
+__all__ = ["LaunchError", "LaunchPlan", "_cause", "_entrypoint", "main",
            "parse_argv", "pick_failure", "resolve_env", "run", "wait_for_master"]
 _say = say
 
@@ -104,12 +118,15 @@ def _stop_on(sig: int, frame: object) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    started = time.monotonic()
     module, rest = parse_argv(sys.argv[1:] if argv is None else argv)
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _stop_on)
     counter = None
+    listener = None
     try:
         plan = resolve_env(os.environ)
+        listener = rendezvous.bind(plan)  # node 0: the master port answers from now on
         counter = restarts.counter_path(plan)
         if counter is not None:
             plan = dataclasses.replace(plan, restart_count=restarts.take(counter))
@@ -126,12 +143,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         waited = wait_for_master(plan)
         if waited >= 1.0:
             _say(f"master {plan.master_addr}:{plan.master_port} answered after {waited:.1f}s")
+        waited = rendezvous.rendezvous(plan, listener, started)
+        if waited >= 1.0:
+            _say(f"all {plan.nnodes} nodes joined after {waited:.1f}s")
     except LaunchError as e:
         _say(str(e))
+        if listener is not None:
+            listener.close()
         return e.exit_code
     os.environ.update(plan.worker_env(os.environ, _cpu_count()))
     prefix = os.environ.get(E.LOG_PREFIX, "") not in ("", "0")
-    code = run(plan, module, rest, prefix_lines=prefix)
+    try:
+        code = run(plan, module, rest, prefix_lines=prefix, listener=listener)
+    finally:
+        if listener is not None:
+            listener.close()
     if counter is not None and exitcodes.is_retryable(code):
         restarts.leave(counter, (plan.restart_count or 0) + 1)  # for the next gang's pod
     return code

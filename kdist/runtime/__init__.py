@@ -5,11 +5,15 @@ import-linter contract), since it runs in the training image.
 
 - ``plan``: the pod's environment -> a ``LaunchPlan``; the bounded wait for the master.
 - ``restarts``: which whole-job restart this is, on every backend.
-- ``agent``: runs the node's workers under torch's elastic agent; the exit code.
-- ``worker_exec``: what each worker process runs first, then ``exec``s the real command.
+- ``store``: torch's TCPStore wire protocol (client and a small server), without torch.
+- ``rendezvous``: the launchers' static rendezvous and exit barrier on the master port.
+- ``workers``: each worker's environment (torchrun's), starting and stopping them.
+- ``agent``: runs the node's workers (no torch in the launcher); the exit code.
+- ``worker_exec``: what each worker gets before its command (and a wrapper for other launchers).
 - ``output``: follows the workers' output (whole lines, progress bars collapsed).
 - ``watchdog``: ``progressTimeoutSeconds``: a job that prints nothing ends as a hang.
 - ``failures``: which failure names the node's, and a lost peer told from a code error.
 - ``preemption``: SIGTERM -> every rank agrees to stop at the same step.
-- ``sitehook``: a ``sitecustomize`` that makes ``collectiveTimeoutSeconds`` torch's default.
+- ``sitehook``: a ``sitecustomize``: ``collectiveTimeoutSeconds`` as torch's default; rank 0
+  serves the store.
 """

@@ -1,80 +1,77 @@
-"""One node's workers under torch's elastic agent, and the exit code that tells what happened.
+"""One node's workers, run by kdist's own light agent, and the exit code that tells what happened.
 
-The agent starts ``procsPerNode`` workers (each through
-``kdist.runtime.worker_exec``) with a static rendezvous (``kdist.launch``'s
-docstring says why) and never restarts them in place: restarts belong to the
-job. What kdist adds around it:
+The launcher does what torch's elastic agent did for kdist (static rendezvous,
+no restarts in place: restarts belong to the job), without importing torch: the
+workers import it, once each. The launchers' rendezvous and exit barrier are in
+``kdist.runtime.rendezvous``; the workers' environment (torchrun's) in
+``kdist.runtime.workers``. What the agent adds:
 
 - every worker's output goes through the launcher (``kdist.runtime.output``);
 - a worker that exits 1-127 after its output shows a lost peer (gloo, NCCL or
   the store losing the other end) ends the node with ``exitcodes.PEER_LOST``,
   for any script: it is another rank's failure, worth a gang restart;
-- the failure named is the most telling one, not the SIGTERM the agent sent
-  the survivors (``failures.pick_failure``);
+- once a worker fails, the others get SIGTERM (then SIGKILL after
+  ``STOP_GRACE_S``); the failure named is the most telling one among the workers
+  that ended on their own, never one the agent stopped (``failures.pick_failure``);
 - ``progressTimeoutSeconds`` (``kdist.runtime.watchdog``): a silent job ends
   with ``exitcodes.HUNG``; a node whose node 0 is gone ends with ``PEER_LOST``;
-- a SIGTERM (a deleted, evicted or drained pod) reaches every worker as
-  SIGTERM (the agent forwards what it receives), and they get ``STOP_GRACE_S``
-  to finish (kdist's workloads save a checkpoint) before SIGKILL.
+- a SIGTERM, SIGINT, SIGHUP or SIGQUIT (a deleted, evicted or drained pod) reaches
+  every worker as that signal, and they get ``STOP_GRACE_S`` to finish (kdist's
+  workloads save a checkpoint) before SIGKILL; the node exits 128 + the signal.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import shutil
 import signal
+import socket
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
+from typing import Any
 
 from kdist.runtime import failures as F
 from kdist.runtime import worker_exec
+from kdist.runtime import workers as W
 from kdist.runtime.output import Output
 from kdist.runtime.plan import LaunchPlan
+from kdist.runtime.rendezvous import ExitBarrier
 from kdist.runtime.watchdog import JobProgress, Watchdog
-from kdist.shared import env as E
 from kdist.shared import exitcodes
 
 # How long workers get between SIGTERM and SIGKILL: within the pods' default
 # terminationGracePeriodSeconds (60), leaving the launcher time to report.
 STOP_GRACE_S = 45
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
+_TICK_S = 0.05
 
 
 def say(message: str) -> None:
     print(f"kdist.launch: {message}", file=sys.stderr, flush=True)
 
 
-def _supported(config_cls: type, kwargs: dict) -> dict:
-    """`kwargs` minus shutdown_timeout where torch's LaunchConfig lacks it (torch <= 2.9)."""
-    fields = {f.name for f in dataclasses.fields(config_cls)}
-    return {k: v for k, v in kwargs.items() if k in fields or k != "shutdown_timeout"}
-
-
 def _is_json_event(line: str) -> bool:
     return line.startswith('{"event": ')
 
 
-def _children() -> list[int]:
-    """This process's children: the workers (torch starts each in a session of its own)."""
-    me, found = os.getpid(), []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    if int(f.read().rsplit(")", 1)[1].split()[1]) == me:
-                        found.append(int(entry))
-            except (OSError, IndexError, ValueError):
-                continue
-    return found
+class Signalled(Exception):
+    def __init__(self, sig: int) -> None:
+        super().__init__(sig)
+        self.sig = sig
+
+
+def _raise(sig: int, frame: object) -> None:
+    raise Signalled(sig)
 
 
 class _Stopper:
     """What the watchdog found (a hang, or node 0 gone), and stopping the node's workers."""
 
-    def __init__(self, plan: LaunchPlan, output: Output) -> None:
-        self.plan, self.output = plan, output
+    def __init__(self, plan: LaunchPlan, output: Output, workers: list[W.Worker]) -> None:
+        self.plan, self.output, self.workers = plan, output, workers
         self.detail = ""
         self.lock = threading.Lock()
 
@@ -82,7 +79,7 @@ class _Stopper:
         with self.lock:
             self.detail = f"node {self.plan.node_rank} lost node 0: {reason}"
         say(f"{self.detail}; stopping this node's workers")
-        self._stop_workers()
+        W.signal_all(self.workers, signal.SIGKILL)
 
     def __call__(self, silent_s: float) -> None:
         ranks = self.plan.global_ranks
@@ -99,104 +96,102 @@ class _Stopper:
                 f"progress for {silent_s:.0f}s (progressTimeoutSeconds="
                 f"{self.plan.progress_timeout_s}; this node: {silence})")
         say(f"{self.detail}; stopping this node's workers")
-        self._stop_workers()
-
-    def _stop_workers(self) -> None:
-        for pid in _children():  # SIGKILL: a hung worker would not act on SIGTERM
-            for kill in (os.killpg, os.kill):
-                try:
-                    kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
+        # SIGKILL: a hung worker would not act on SIGTERM
+        W.signal_all(self.workers, signal.SIGKILL)
 
 
-def _failed(plan: LaunchPlan, failures: dict, output: Output) -> int:
-    """The node's exit code from its failed workers (torch's ProcessFailure by global rank)."""
-    seen = {}
-    for rank, f in failures.items():
-        code = f.exitcode
+def _failed(plan: LaunchPlan, failed: list[W.Worker], output: Output) -> int:
+    """The node's exit code from its failed workers."""
+    seen: dict[int, tuple[int, float]] = {}
+    for w in failed:
+        code = w.exitcode if w.exitcode is not None else 1
         if exitcodes.of_returncode(code) in exitcodes.CODE_ERRORS and \
-                F.output_says_peer_lost(output.tail(f.local_rank)):
+                F.output_says_peer_lost(output.tail(w.local_rank)):
             code = exitcodes.PEER_LOST
-        seen[rank] = (code, f.timestamp)
-    rank = F.pick_failure(seen)
-    failure = failures[rank]
+        seen[w.rank] = (code, w.ended_at)
+    stopped = {w.rank for w in failed if w.stopped}
+    # Blame a worker that failed on its own, never one this agent stopped.
+    rank = F.pick_failure({r: v for r, v in seen.items() if r not in stopped} or seen)
+    w = next(w for w in failed if w.rank == rank)
     code = exitcodes.of_returncode(seen[rank][0])
-    say(f"worker rank {rank} (node {plan.node_rank}, local rank {failure.local_rank}, "
-        f"pid {failure.pid}) {F.describe_exit(failure.exitcode)}"
-        f"{F.cause(failure.message, output.tail(failure.local_rank))}; "
+    say(f"worker rank {rank} (node {plan.node_rank}, local rank {w.local_rank}, "
+        f"pid {w.pid}) {F.describe_exit(w.exitcode or 0)}"
+        f"{F.cause(w.error_message(), output.tail(w.local_rank))}; "
         f"exiting {code}: {exitcodes.describe(code)}")
     return code
 
 
-def run(plan: LaunchPlan, module: str | None, rest: list[str], *, prefix_lines: bool) -> int:
-    """Run this node's workers under torch's elastic agent; return the node's exit code."""
-    # torch's C++ log lines in the launcher are the store's connection errors (with a
-    # stack trace each) once a peer's launcher is gone; the launcher says it in one
-    # line. The workers, started later, get the environment as it was.
-    quiet = "TORCH_CPP_LOG_LEVEL" not in os.environ
-    if quiet:
-        os.environ["TORCH_CPP_LOG_LEVEL"] = "FATAL"
-    try:
-        from torch.distributed.elastic.multiprocessing import (
-            DefaultLogsSpecs,
-            SignalException,
-            Std,
-        )
-        from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-        from torch.distributed.launcher.api import LaunchConfig, elastic_launch
-    finally:
-        if quiet:
-            del os.environ["TORCH_CPP_LOG_LEVEL"]
+def _watch(workers: list[W.Worker], barrier: ExitBarrier) -> list[W.Worker]:
+    """Until every worker ended, or one failed (then the rest are stopped); the failed."""
+    while True:
+        states = [w.poll() for w in workers]
+        if any(w.rank == 0 and code is not None for w, code in zip(workers, states, strict=True)):
+            barrier.serve()  # rank 0's store is gone: node 0's launcher answers now
+        if any(code not in (None, 0) for code in states):
+            W.stop(workers, signal.SIGTERM, STOP_GRACE_S)
+            return [w for w in workers if w.exitcode]
+        if all(code == 0 for code in states):
+            return []
+        time.sleep(_TICK_S)
 
+
+def run(plan: LaunchPlan, module: str | None, rest: list[str], *, prefix_lines: bool,
+        listener: socket.socket | None = None, environ: Any = None) -> int:
+    """Run this node's workers; return the node's exit code.
+
+    ``listener``: node 0's listening master socket (``rendezvous.bind``), which rank
+    0's worker serves the store on.
+    """
+    environ = os.environ if environ is None else environ
     work = Path(tempfile.mkdtemp(prefix="kdist-launch-"))
     kdist_workload = (module or "").startswith("kdist.workloads.")
     output = Output(work / "pipes", plan.global_ranks, prefix=prefix_lines,
                     is_progress=_is_json_event if kdist_workload else None).start()
-    os.environ[E.OUTPUT_PIPES] = str(output.directory)
-    hang = _Stopper(plan, output)
+    workers: list[W.Worker] = []
+    hang = _Stopper(plan, output, workers)
+    barrier = ExitBarrier(plan, listener)
     watchdog = None
-    if plan.progress_timeout_s or plan.nnodes > 1:  # a hang, or node 0 gone
-        progress = JobProgress(plan, output, started=lambda: bool(_children()))
-        watchdog = Watchdog(plan.progress_timeout_s, progress.total, hang,
-                            on_lost=hang.lost).start()
-    config = LaunchConfig(**_supported(LaunchConfig, dict(
-        min_nodes=plan.nnodes,
-        max_nodes=plan.nnodes,
-        nproc_per_node=plan.nproc_per_node,
-        run_id=plan.job_name,
-        role="trainer",
-        rdzv_backend="static",
-        rdzv_endpoint=f"{plan.master_addr}:{plan.master_port}",
-        rdzv_configs={"rank": plan.node_rank, "timeout": plan.rdzv_timeout_s},
-        max_restarts=0,  # restarts belong to the job: see kdist.launch's docstring
-        # The workers write into output's pipes (worker_exec), not torch's log files.
-        logs_specs=DefaultLogsSpecs(log_dir=str(work / "torch"), redirects=Std.NONE,
-                                    tee=Std.NONE),
-        shutdown_timeout=STOP_GRACE_S,
-    )))
-    entrypoint, args = worker_exec.command(module, rest)
+    previous = {sig: signal.signal(sig, _raise) for sig in FORWARDED}
+    output_open = True
     try:
-        elastic_launch(config, entrypoint)(*args)
-        return 0
-    except ChildFailedError as e:
-        if watchdog is not None and (watchdog.fired or watchdog.lost):
-            code = exitcodes.HUNG if watchdog.fired else exitcodes.PEER_LOST
-            with hang.lock:
-                say(f"{hang.detail}; exiting {code}: {exitcodes.describe(code)}")
-            return code
-        return _failed(plan, e.failures, output)
-    except SignalException as e:
-        say(f"stopped by {signal.Signals(e.sigval).name}; exiting {128 + int(e.sigval)}")
-        return 128 + int(e.sigval)
-    except Exception as e:  # rendezvous and store errors: one line, no traceback
-        say(
-            f"rendezvous of {plan.nnodes} node(s) at {plan.master_addr}:{plan.master_port} "
-            f"failed (KDIST_RDZV_TIMEOUT={plan.rdzv_timeout_s}s): {' '.join(str(e).split())}"
-        )
-        return 1
-    finally:
+        if plan.progress_timeout_s or plan.nnodes > 1:  # a hang, or node 0 gone
+            progress = JobProgress(plan, output, started=lambda: bool(workers))
+            watchdog = Watchdog(plan.progress_timeout_s, progress.total, hang,
+                                on_lost=hang.lost).start()
+        W.start(plan, worker_exec.worker_argv(module, rest), environ, work, output.pipe,
+                None if listener is None else listener.fileno(), into=workers)
+        failed = _watch(workers, barrier)
         if watchdog is not None:
             watchdog.stop()
-        output.stop()
+        output.stop()  # every line the workers wrote is out, and their tails complete
+        output_open = False
+        if failed:
+            barrier.report_failure()
+            if watchdog is not None and (watchdog.fired or watchdog.lost):
+                code = exitcodes.HUNG if watchdog.fired else exitcodes.PEER_LOST
+                with hang.lock:
+                    say(f"{hang.detail}; exiting {code}: {exitcodes.describe(code)}")
+                return code
+            return _failed(plan, failed, output)
+        why = barrier.wait()
+        if why:
+            say(f"exit barrier: {why}; exiting 0 (this node's workers succeeded)")
+        return 0
+    except Signalled as e:
+        name = signal.Signals(e.sig).name
+        if workers and all(w.exitcode == 0 for w in workers):
+            say(f"{name} in the exit barrier; exiting 0 (this node's workers succeeded)")
+            return 0
+        signal.signal(e.sig, signal.SIG_IGN)  # a second one does not cut the grace short
+        W.stop(workers, e.sig, STOP_GRACE_S)
+        say(f"stopped by {name}; exiting {128 + e.sig}")
+        return 128 + e.sig
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if watchdog is not None:
+            watchdog.stop()
+        barrier.stop()
+        if output_open:
+            output.stop()
         shutil.rmtree(work, ignore_errors=True)

@@ -21,6 +21,7 @@ DEFAULT_RDZV_TIMEOUT_S = 300
 # A dead peer must fail the job in minutes, not in torch's default 30 min.
 DEFAULT_PG_TIMEOUT_S = 300
 BACKENDS = ("nccl", "gloo")
+REFUSED_RETRY_S = 0.2
 
 
 @dataclass(frozen=True)
@@ -237,5 +238,8 @@ def wait_for_master(
             raise LaunchError(
                 f"master {where} {problem} after {plan.rdzv_timeout_s}s (KDIST_RDZV_TIMEOUT)"
             )
-        sleep(min(delay, remaining))
-        delay = min(2.0, delay * 2)
+        # A refused connection is cheap and ends the moment node 0's launcher binds the
+        # port (first thing it does): ask often, or this node's workers start late.
+        cap = 2.0 if problem.startswith("does not resolve") else REFUSED_RETRY_S
+        sleep(min(delay, cap, remaining))
+        delay = min(cap, delay * 2)

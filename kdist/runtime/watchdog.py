@@ -10,14 +10,16 @@ user's script (a log line, a progress bar's redraw), or a JSON log line of
 kdist's own workloads. It is judged for the **whole job**: a rank that prints
 only at start (many scripts print only on rank 0) is not a hang while
 another rank still prints. Every node adds its progress to one counter in the
-rendezvous store (the agent's, on the master) once a second; when that total
+job's store on the master port (rank 0's worker serves it; ``kdist.runtime.store``
+speaks its protocol without torch) once a second; when that total
 has not moved for the limit, every node stops its workers within about a
 second of the others and exits ``exitcodes.HUNG``, and the gang restarts.
 The clock starts at the job's first output: starting up (imports, the
 rendezvous, loading a checkpoint) is not watched.
 
-The same counter tells a node that node 0 is gone (its store stops
-answering for ``LOST_AFTER_S``): its ranks are dead, so this node stops its
+The same counter tells a node that node 0 is gone (the master port stops
+answering for ``LOST_AFTER_S``; once rank 0's worker has exited, node 0's launcher
+answers there itself, ``kdist.runtime.rendezvous``): its ranks are dead, so this node stops its
 own workers and exits ``PEER_LOST``, even when they sit outside any
 collective (a hung rank, whose peers' failures it would never notice). This
 part runs on every job of several nodes, with or without a progress limit:
@@ -30,11 +32,11 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from datetime import timedelta
 from typing import Any
 
 from kdist.runtime.output import Output
 from kdist.runtime.plan import LaunchPlan
+from kdist.runtime.store import StoreClient
 
 TICK_S = 1.0
 STORE_KEY = "kdist-watchdog/progress"
@@ -62,19 +64,16 @@ class JobProgress:
         # Whether this node's workers run: the rendezvous is done, so node 0's store is
         # up. Not asked before (a refused connection costs seconds and log lines).
         self.started = started
-        self._store: Any = None  # a TCPStore client, once the master's store answers
+        self._store: Any = None  # a StoreClient, once the master's store answers
         self._sent = self._total = 0
         self._answered = False
         self._failing_since: float | None = None
 
     def _add(self, delta: int) -> int:
         if self._store is None:
-            import torch.distributed as dist
-
-            self._store = dist.TCPStore(
-                self.plan.master_addr, self.plan.master_port, is_master=False,
-                timeout=timedelta(seconds=STORE_TIMEOUT_S))
-        return int(self._store.add(STORE_KEY, delta))
+            self._store = StoreClient(self.plan.master_addr, self.plan.master_port,
+                                      timeout=STORE_TIMEOUT_S)
+        return self._store.add(STORE_KEY, delta)
 
     def total(self) -> int:
         mine = self.output.progress()
@@ -83,8 +82,10 @@ class JobProgress:
         try:
             self._total = self._add(mine - self._sent)
         except Exception as e:
+            if self._store is not None:
+                self._store.close()
             self._store = None  # connect anew next time
-            if not self._answered:  # node 0's agent opens the store at the rendezvous
+            if not self._answered:  # rank 0's worker serves the store once torch is imported
                 return mine
             now = self.clock()
             if self._failing_since is None:

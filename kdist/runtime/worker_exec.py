@@ -1,13 +1,16 @@
-"""``python -m kdist.runtime.worker_exec CMD [ARG...]``: a worker's first moment, then CMD.
+"""What a worker gets before its command runs, and ``python -m kdist.runtime.worker_exec CMD``.
 
-torch's elastic agent starts this in place of the worker's command (same
-pid: it ``exec``s), so every worker, whatever it runs, gets what kdist
-promises an unchanged script (README, "Bring your own script"):
+kdist's launcher applies ``prepare`` to each worker's environment and starts the
+worker's own command (``worker_argv``) directly, its output into its pipe. For any
+other launcher (torch's elastic agent, a shell), ``python -m kdist.runtime.worker_exec
+CMD [ARG...]`` does the same and ``exec``s CMD (same pid). Either way every worker,
+whatever it runs, gets what kdist promises an unchanged script (README, "Bring your
+own script"):
 
 - torchrun's restart variables, right after a whole-job restart:
   ``TORCHELASTIC_RESTART_COUNT`` = ``KDIST_RESTART_COUNT`` and
-  ``TORCHELASTIC_MAX_RESTARTS`` = ``KDIST_MAX_RESTARTS`` (the agent itself runs
-  with no restarts of its own, so it would say 0 for both);
+  ``TORCHELASTIC_MAX_RESTARTS`` = ``KDIST_MAX_RESTARTS`` (restarts are the job's,
+  never a launcher's own);
 - unbuffered Python output (``PYTHONUNBUFFERED``, for pythons the script
   starts itself; ``python`` commands also get ``-u``, as under torchrun);
 - ``collectiveTimeoutSeconds`` as torch's default process-group timeout (the
@@ -30,20 +33,24 @@ PYTHONS = ("python", "python3")
 MODULE = "kdist.runtime.worker_exec"
 
 
-def command(module: str | None, rest: Sequence[str]) -> tuple[str, list[str]]:
-    """What torch's agent starts per worker: this wrapper, then the worker's own command.
+def worker_argv(module: str | None, rest: Sequence[str]) -> list[str]:
+    """The worker's own command line, as the launcher starts it.
 
     ``python`` means the interpreter running kdist (a venv locally, the image's
     python in a pod), not whatever PATH finds first; python workers run with
     ``-u`` as torchrun runs them.
     """
     if module is not None:
-        real = [sys.executable, "-u", "-m", module, *rest]
-    elif rest[0] in PYTHONS:
-        real = [sys.executable, "-u", *rest[1:]]
-    else:
-        real = list(rest)
-    return sys.executable, ["-m", MODULE, *real]
+        return [sys.executable, "-u", "-m", module, *rest]
+    if rest[0] in PYTHONS:
+        return [sys.executable, "-u", *rest[1:]]
+    return list(rest)
+
+
+def command(module: str | None, rest: Sequence[str]) -> tuple[str, list[str]]:
+    """This wrapper, then the worker's own command: for a launcher that cannot set the
+    worker's environment itself (kdist's own launcher runs ``worker_argv`` directly)."""
+    return sys.executable, ["-m", MODULE, *worker_argv(module, rest)]
 
 
 def prepare(environ: MutableMapping[str, str]) -> str | None:

@@ -178,3 +178,27 @@ def test_a_users_script_that_loses_a_peer_exits_peer_lost():
     # ... and rank 0 saw a lost peer, not a code error.
     assert any("kdist: rank 0 lost a peer" in line for line in run.lines), run.text
     assert any("exiting 203: lost a peer" in line for line in node0), run.text
+
+
+LATE_SCRIPT = textwrap.dedent("""
+    import time
+    import torch.distributed as dist
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    dist.barrier()
+    dist.destroy_process_group()
+    if rank == 1:
+        time.sleep(18)  # longer than the watchdog's LOST_AFTER_S
+    print("bye", rank, flush=True)
+""")
+
+
+@pytest.mark.timeout(120)
+def test_a_node_that_finishes_later_is_waited_for_not_declared_lost():
+    """Rank 0 (and its store) is gone long before rank 1 ends: node 0's launcher answers
+    on the master port in its exit barrier, so node 1 does not read node 0 as lost, and
+    node 0 exits only once node 1 is done (torch's agent waited likewise)."""
+    run = run_job(["--", "python", "-c", LATE_SCRIPT], nodes=2)
+    assert run.code == 0, run.text
+    assert "lost node 0" not in run.text, run.text
+    assert run.lines.index("[rank 0] bye 0") < run.lines.index("[rank 1] bye 1"), run.text

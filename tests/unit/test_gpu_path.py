@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 
 import pytest
@@ -12,7 +11,7 @@ from click.testing import CliRunner
 from bench.gpu import BF16_PEAK_TFLOPS, _peak
 from kdist import launch
 from kdist.cli import main
-from kdist.launch import _supported, resolve_env
+from kdist.launch import resolve_env
 from kdist.local import _gpu_env, gpu_shares, visible_gpus
 from kdist.shared.errors import UsageError
 from kdist.spec import validate_job
@@ -22,40 +21,6 @@ from tests.unit.helpers import spec_with, write_spec
 
 def never() -> int:
     raise AssertionError("the launcher counted GPUs although the pod said how many it has")
-
-
-# --- LaunchConfig across the supported torch range -----------------------------------------
-
-
-@dataclasses.dataclass
-class OldLaunchConfig:  # torch 2.8/2.9: no shutdown_timeout
-    min_nodes: int
-    max_nodes: int
-    run_id: str = ""
-
-
-@dataclasses.dataclass
-class NewLaunchConfig(OldLaunchConfig):
-    shutdown_timeout: int = 30
-
-
-def test_launch_config_without_shutdown_timeout():
-    kwargs = {"min_nodes": 1, "max_nodes": 1, "run_id": "j", "shutdown_timeout": 15}
-    assert OldLaunchConfig(**_supported(OldLaunchConfig, kwargs)) == OldLaunchConfig(1, 1, "j")
-    assert NewLaunchConfig(**_supported(NewLaunchConfig, kwargs)).shutdown_timeout == 15
-    # Only known optional fields are dropped: a mistake still fails loudly.
-    with pytest.raises(TypeError):
-        OldLaunchConfig(**_supported(OldLaunchConfig, {**kwargs, "bogus": 1}))
-
-
-def test_installed_torch_accepts_what_run_passes():
-    from torch.distributed.launcher.api import LaunchConfig
-
-    names = {f.name for f in dataclasses.fields(LaunchConfig)}
-    kwargs = _supported(LaunchConfig, {"min_nodes": 1, "max_nodes": 1, "nproc_per_node": 1,
-                                       "run_id": "j", "shutdown_timeout": 15})
-    assert ("shutdown_timeout" in kwargs) is ("shutdown_timeout" in names)
-    LaunchConfig(**kwargs)
 
 
 # --- procsPerNode auto counts requested GPUs, not the runtime's ------------------------------

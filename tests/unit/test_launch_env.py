@@ -198,10 +198,16 @@ def test_parse_argv_refuses(argv):
 
 
 def test_entrypoint():
-    """Every worker starts through kdist's wrapper; python workers run unbuffered (-u), as
-    under torchrun, with the interpreter running kdist."""
-    wrap = ["-m", "kdist.runtime.worker_exec"]
+    """The launcher starts each worker's own command (no wrapper process: it sets the
+    environment itself); python workers run unbuffered (-u), as under torchrun, with the
+    interpreter running kdist. Other launchers put kdist's wrapper first."""
+    from kdist.runtime.worker_exec import worker_argv
+
     py = sys.executable
+    assert worker_argv("m", ["-x"]) == [py, "-u", "-m", "m", "-x"]
+    assert worker_argv(None, ["python", "t.py"]) == [py, "-u", "t.py"]
+    assert worker_argv(None, ["/bin/echo", "hi"]) == ["/bin/echo", "hi"]
+    wrap = ["-m", "kdist.runtime.worker_exec"]
     assert _entrypoint("m", ["-x"]) == (py, [*wrap, py, "-u", "-m", "m", "-x"])
     assert _entrypoint(None, ["python", "t.py"]) == (py, [*wrap, py, "-u", "t.py"])
     assert _entrypoint(None, ["python3", "-c", "x"]) == (py, [*wrap, py, "-u", "-c", "x"])
@@ -266,6 +272,22 @@ def test_wait_times_out_naming_the_address():
     with pytest.raises(LaunchError, match=rf"master 127.0.0.1:{port} does not accept TCP.*5s"):
         wait_for_master(plan_for("127.0.0.1", port, 1), clock=clock, sleep=clock.sleep)
     assert clock.now == pytest.approx(5)
+
+
+def test_a_refused_master_is_asked_again_soon():
+    """Node 0's launcher binds the port first thing; a node that backed off for seconds
+    would start its workers (and so rank 0's first step) that much later."""
+    port = closed_port()
+    clock = FakeClock()
+    sleeps: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        clock.sleep(seconds)
+
+    with pytest.raises(LaunchError):
+        wait_for_master(plan_for("127.0.0.1", port, 1), clock=clock, sleep=sleep)
+    assert max(sleeps) <= 0.2 and len(sleeps) >= 25
 
 
 def test_wait_times_out_on_a_name_that_never_resolves():

@@ -11,6 +11,15 @@ gloo, 10 for NCCL); a script that passes none to ``init_process_group`` or
 reads the constant) take them from there. A timeout the script passes itself
 still wins.
 
+In rank 0's worker it also serves the job's store, the one torchrun's agent
+would host (``TORCHELASTIC_USE_AGENT_STORE=True``): the launcher, which does not
+import torch, binds the master port and hands the listening socket down
+(``KDIST_STORE_FD``); right after ``torch.distributed.constants`` loads, a
+TCPStore server takes it over, so ``init_process_group`` (every rank a client of
+``MASTER_ADDR:MASTER_PORT``) finds it, however the script was started. The
+variable is removed from the environment: a process this worker starts does not
+serve it again.
+
 This module shadows any other ``sitecustomize`` (an image may ship one), so
 it runs that one too, afterwards. Standard library only; never fails the
 worker: a problem is one line on stderr.
@@ -28,6 +37,9 @@ from typing import Any
 
 TARGET = "torch.distributed.constants"
 PG_TIMEOUT = "KDIST_PG_TIMEOUT"  # kdist.shared.env.PG_TIMEOUT; this file imports nothing of kdist
+STORE_FD = "KDIST_STORE_FD"  # kdist.runtime.workers.STORE_FD
+DEFAULT_STORE_TIMEOUT_S = 300
+_served: list[Any] = []  # the store server, alive as long as this process
 
 
 def patch(module: Any, timeout: timedelta) -> None:
@@ -37,18 +49,30 @@ def patch(module: Any, timeout: timedelta) -> None:
         module.default_pg_nccl_timeout = timeout
 
 
-class _PatchingLoader(importlib.abc.Loader):
-    """Runs the real loader, then ``patch``; anything else is the real loader's."""
+def serve_store(fd: int, environ: Any) -> None:
+    """Serve torch's TCPStore on the listening socket ``fd`` (rank 0's worker)."""
+    from torch._C._distributed_c10d import TCPStore
 
-    def __init__(self, loader: Any, timeout: timedelta) -> None:
-        self._loader, self._timeout = loader, timeout
+    seconds = int((environ.get(PG_TIMEOUT) or "").strip() or DEFAULT_STORE_TIMEOUT_S)
+    _served.append(TCPStore(
+        environ.get("MASTER_ADDR", "127.0.0.1"), int(environ.get("MASTER_PORT", "0")), None,
+        True, timedelta(seconds=seconds), wait_for_workers=False, multi_tenant=True,
+        master_listen_fd=fd))
+    os.set_inheritable(fd, False)
+
+
+class _PatchingLoader(importlib.abc.Loader):
+    """Runs the real loader, then ``after``; anything else is the real loader's."""
+
+    def __init__(self, loader: Any, after: Any) -> None:
+        self._loader, self._after = loader, after
 
     def create_module(self, spec: Any) -> Any:
         return self._loader.create_module(spec)
 
     def exec_module(self, module: Any) -> None:
         self._loader.exec_module(module)
-        patch(module, self._timeout)
+        self._after(module)
 
     def __getattr__(self, name: str) -> Any:  # get_source (tracebacks), is_package, ...
         return getattr(self._loader, name)
@@ -57,8 +81,8 @@ class _PatchingLoader(importlib.abc.Loader):
 class PgTimeoutFinder:
     """A meta-path finder that answers only for ``torch.distributed.constants``, once."""
 
-    def __init__(self, timeout: timedelta) -> None:
-        self.timeout = timeout
+    def __init__(self, after: Any) -> None:
+        self.after = after
 
     def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
         if name != TARGET:
@@ -74,20 +98,32 @@ class PgTimeoutFinder:
         if self in sys.meta_path:
             sys.meta_path.remove(self)
         if spec.loader is not None:
-            spec.loader = _PatchingLoader(spec.loader, self.timeout)
+            spec.loader = _PatchingLoader(spec.loader, self.after)
         return spec
 
 
 def install(environ: Any = os.environ) -> None:
     seconds = (environ.get(PG_TIMEOUT) or "").strip()
-    if not seconds:
+    timeout = timedelta(seconds=int(seconds)) if seconds else None
+    fd = (environ.pop(STORE_FD, None) or "").strip()
+
+    def after(module: Any) -> None:
+        if timeout is not None:
+            patch(module, timeout)
+        if fd:
+            try:
+                serve_store(int(fd), environ)
+            except Exception as e:  # the script fails in init_process_group, not here
+                print(f"kdist: sitecustomize: cannot serve the store on the master port: "
+                      f"{type(e).__name__}: {e}", file=sys.stderr)
+
+    if timeout is None and not fd:
         return
-    timeout = timedelta(seconds=int(seconds))
     loaded = sys.modules.get(TARGET)
     if loaded is not None:  # too late for distributed_c10d's copy, not for later readers
-        patch(loaded, timeout)
+        after(loaded)
         return
-    sys.meta_path.insert(0, PgTimeoutFinder(timeout))
+    sys.meta_path.insert(0, PgTimeoutFinder(after))
 
 
 def chain() -> None:

@@ -1,0 +1,187 @@
+"""The launchers' static rendezvous and exit barrier, on the master's one port, without torch.
+
+Node 0's launcher binds the master port first thing (``store.listen``) and serves
+a ``MiniStore`` on it until every node's launcher has joined (``KDIST_RDZV_TIMEOUT``
+bounds the wait on every node, as torch's static rendezvous did); then it hands the
+listening socket to rank 0's worker, whose ``sitehook`` serves torch's TCPStore on
+it (the store torchrun's agent would host: ``TORCHELASTIC_USE_AGENT_STORE=True``).
+Workers start on every node at about the same moment, each importing torch once.
+
+The exit barrier (torch's agent keeps its store up until every agent is done): once
+rank 0's worker has exited, node 0's launcher serves the ``MiniStore`` again on the
+same socket, and a launcher whose workers all succeeded waits, up to
+``EXIT_BARRIER_S``, until every node's workers are done (node 0 counts the others'
+reports; the others report to node 0's barrier, or stop waiting when node 0 is
+gone). A node whose workers failed exits at once, as under torch (telling node 0's
+barrier, if it already waits, not to wait for it). The store itself
+lives in rank 0's worker, so a script whose other ranks still use it after rank 0
+exited loses it (as with ``torch.multiprocessing`` or an ``env://`` launch without
+an agent); collectives and ``destroy_process_group`` do not need it.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Callable
+
+from kdist.runtime.plan import LaunchPlan
+from kdist.runtime.store import MiniStore, StoreClient, listen
+from kdist.shared.errors import LaunchError
+
+JOINED, GO, RELEASED = "kdist/rdzv/joined", "kdist/rdzv/go", "kdist/rdzv/released"
+BARRIER, DONE = "kdist/exit/open", "kdist/exit/done"
+EXIT_BARRIER_S = 300.0  # torch's exit_barrier_timeout
+_POLL_S = 0.02
+
+
+class RendezvousError(LaunchError):
+    """Not every node joined within ``KDIST_RDZV_TIMEOUT``: the node exits 1, as before."""
+
+    exit_code = 1
+
+
+def _failed(plan: LaunchPlan, why: str) -> RendezvousError:
+    return RendezvousError(
+        f"rendezvous of {plan.nnodes} node(s) at {plan.master_addr}:{plan.master_port} failed "
+        f"(KDIST_RDZV_TIMEOUT={plan.rdzv_timeout_s}s): {why}")
+
+
+def bind(plan: LaunchPlan) -> socket.socket | None:
+    """Node 0: the master port, bound and listening (None on the other nodes)."""
+    if plan.node_rank != 0:
+        return None
+    try:
+        return listen(plan.master_port)
+    except OSError as e:
+        raise LaunchError(f"cannot listen on the master port {plan.master_port}: "
+                          f"{e.strerror or e}") from None
+
+
+def rendezvous(plan: LaunchPlan, listener: socket.socket | None, started: float,
+               clock: Callable[[], float] = time.monotonic) -> float:
+    """Block until every node's launcher has joined; the seconds it took.
+
+    ``started``: when this launcher started (the deadline counts from it, the wait for
+    the master included). Raises ``RendezvousError`` at the deadline.
+    """
+    begun = clock()
+    deadline = started + plan.rdzv_timeout_s
+    if plan.nnodes == 1:
+        return 0.0
+    if listener is not None:
+        _lead(plan, listener, deadline, clock)
+    else:
+        _join(plan, deadline, clock)
+    return clock() - begun
+
+
+def _lead(plan: LaunchPlan, listener: socket.socket, deadline: float,
+          clock: Callable[[], float]) -> None:
+    server = MiniStore(listener).start()
+    try:
+        server.add(JOINED, 1)
+        while int(server.data.get(JOINED, b"0")) < plan.nnodes:
+            if clock() >= deadline:
+                joined = int(server.data.get(JOINED, b"0"))
+                raise _failed(plan, f"{joined} of {plan.nnodes} node(s) joined")
+            time.sleep(_POLL_S)
+        server.set(GO, b"1")
+        # Every other node has its answer before the socket goes to rank 0's worker
+        # (a few seconds at most: they are connected and waiting).
+        release_by = min(deadline, clock() + 10.0)
+        while int(server.data.get(RELEASED, b"0")) < plan.nnodes - 1 and clock() < release_by:
+            time.sleep(_POLL_S)
+    finally:
+        server.stop()
+
+
+def _join(plan: LaunchPlan, deadline: float, clock: Callable[[], float]) -> None:
+    problem = "node 0's launcher did not answer"
+    while clock() < deadline:
+        try:
+            client = StoreClient(plan.master_addr, plan.master_port,
+                                 timeout=max(0.1, min(5.0, deadline - clock())))
+        except OSError as e:
+            problem = f"node 0's launcher did not answer ({e})"
+            time.sleep(min(0.2, max(0.0, deadline - clock())))
+            continue
+        try:
+            client.add(JOINED, 1)
+            client.wait([GO], timeout=max(0.1, deadline - clock()))
+            client.add(RELEASED, 1)
+            return
+        except TimeoutError:
+            problem = "not every node joined"
+        except OSError as e:
+            problem = f"the rendezvous was cut off ({e})"
+            time.sleep(0.2)
+        finally:
+            client.close()
+    raise _failed(plan, problem)
+
+
+class ExitBarrier:
+    """Node 0 serves the barrier once rank 0's worker is gone; every node waits in it."""
+
+    def __init__(self, plan: LaunchPlan, listener: socket.socket | None) -> None:
+        self.plan, self.listener = plan, listener
+        self.server: MiniStore | None = None
+
+    def serve(self) -> None:
+        """Node 0, once rank 0's worker exited: answer the others on the master port."""
+        if self.listener is not None and self.server is None and self.plan.nnodes > 1:
+            self.server = MiniStore(self.listener).start()
+            self.server.set(BARRIER, b"1")
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+
+    def report_failure(self) -> None:
+        """This node's workers failed: tell node 0's barrier, if it is already waiting,
+        not to wait for this node (one try; no waiting here)."""
+        if self.plan.nnodes == 1 or self.listener is not None:
+            return
+        try:
+            client = StoreClient(self.plan.master_addr, self.plan.master_port, timeout=2.0)
+        except OSError:
+            return
+        try:
+            if client.check([BARRIER]):
+                client.add(DONE, 1)
+        except OSError:
+            pass
+        finally:
+            client.close()
+
+    def wait(self, limit_s: float = EXIT_BARRIER_S,
+             clock: Callable[[], float] = time.monotonic) -> str:
+        """This node's workers succeeded: wait for the others; what happened, for the log."""
+        if self.plan.nnodes == 1:
+            return ""
+        deadline = clock() + limit_s
+        if self.server is not None:
+            while int(self.server.data.get(DONE, b"0")) < self.plan.nnodes - 1:
+                if clock() >= deadline:
+                    return f"not every node finished within {limit_s:.0f}s"
+                time.sleep(0.1)
+            return ""
+        while clock() < deadline:  # another node: report to node 0's barrier
+            try:
+                client = StoreClient(self.plan.master_addr, self.plan.master_port, timeout=5.0)
+            except ConnectionRefusedError:
+                return "node 0 is gone"
+            except OSError:
+                time.sleep(0.5)
+                continue
+            try:
+                if client.check([BARRIER]):  # node 0's launcher, not rank 0's store
+                    client.add(DONE, 1)
+                    return ""
+            except OSError:
+                pass
+            finally:
+                client.close()
+            time.sleep(0.5)
+        return f"node 0 did not finish within {limit_s:.0f}s"

@@ -1,0 +1,276 @@
+"""torch's TCPStore wire protocol, the few queries kdist's launchers need, without torch.
+
+The launcher does not import torch (a CUDA build takes seconds of CPU to import, and
+the workers import it anyway), yet the launchers of one job talk to each other
+through the store on the master's port:
+
+- before the workers start, node 0's launcher serves a ``MiniStore`` on the port it
+  has bound (``listen``): the launchers' rendezvous (``kdist.runtime.rendezvous``);
+- while they run, rank 0's worker serves torch's own TCPStore on the same socket
+  (``sitehook``: the listening socket is handed down), and every launcher's
+  ``StoreClient`` adds its progress to one counter there (``kdist.runtime.watchdog``);
+- after node 0's workers succeeded, its launcher serves the ``MiniStore`` again for
+  the exit barrier.
+
+The format is torch's (``torch/csrc/distributed/c10d/TCPStoreBackend.hpp``, stable
+since torch 2.0): a one-byte query type, strings as a u64 length and bytes, integers
+in the machine's byte order; a client first sends VALIDATE with a magic number.
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import errno
+import select
+import socket
+import struct
+import threading
+from collections.abc import Iterable
+
+MAGIC = 0x3C85F7CE
+VALIDATE, SET, GET, ADD, CHECK, WAIT, PING = 0, 1, 3, 4, 5, 6, 13
+READY, NOT_READY = 0, 1  # CHECK's answer
+STOP_WAITING = 0  # WAIT's answer
+_U8, _U32, _U64, _I64 = (struct.Struct(f"={c}") for c in "BIQq")
+
+
+class StoreError(OSError):
+    """The store did not answer as a TCPStore does."""
+
+
+def listen(port: int, backlog: int = socket.SOMAXCONN) -> socket.socket:
+    """A socket listening on ``port`` of every address (as TCPStore's server binds):
+    IPv6 and IPv4 where the pod has IPv6, else IPv4.
+
+    Inheritable, so that rank 0's worker can take it over (``sitehook``).
+    """
+    problem: OSError | None = None
+    for family, host in ((socket.AF_INET6, "::"), (socket.AF_INET, "")):
+        try:
+            sock = socket.socket(family, socket.SOCK_STREAM)
+        except OSError as e:  # no IPv6 in this pod
+            problem = e
+            continue
+        try:
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((host, port))
+            sock.listen(backlog)
+        except OSError as e:
+            sock.close()
+            if e.errno == errno.EADDRINUSE:
+                raise
+            problem = e  # IPv6 switched off: bind fails, try IPv4
+            continue
+        sock.set_inheritable(True)
+        return sock
+    assert problem is not None
+    raise problem
+
+
+def _string(data: bytes) -> bytes:
+    return _U64.pack(len(data)) + data
+
+
+class StoreClient:
+    """A TCPStore client speaking VALIDATE, PING, SET, ADD, CHECK and WAIT."""
+
+    def __init__(self, host: str, port: int, timeout: float) -> None:
+        self.sock = socket.create_connection((host, port), timeout=timeout)
+        try:
+            self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self.sock.sendall(_U8.pack(VALIDATE) + _U32.pack(MAGIC))
+            nonce = threading.get_native_id() & 0xFFFFFFFF
+            self.sock.sendall(_U8.pack(PING) + _U32.pack(nonce))
+            if _U32.unpack(self._read(4))[0] != nonce:
+                raise StoreError(f"{host}:{port} is not a TCPStore (ping)")
+        except OSError:
+            self.sock.close()
+            raise
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def _read(self, n: int) -> bytes:
+        data = b""
+        while len(data) < n:
+            chunk = self.sock.recv(n - len(data))
+            if not chunk:
+                raise StoreError("the store closed the connection")
+            data += chunk
+        return data
+
+    def add(self, key: str, delta: int) -> int:
+        self.sock.sendall(_U8.pack(ADD) + _string(key.encode()) + _I64.pack(delta))
+        return int(_I64.unpack(self._read(8))[0])
+
+    def set(self, key: str, value: bytes) -> None:
+        self.sock.sendall(_U8.pack(SET) + _string(key.encode()) + _string(value))
+
+    def check(self, keys: Iterable[str]) -> bool:
+        keys = list(keys)
+        self.sock.sendall(_U8.pack(CHECK) + _U64.pack(len(keys))
+                          + b"".join(_string(k.encode()) for k in keys))
+        return _U8.unpack(self._read(1))[0] == READY
+
+    def wait(self, keys: Iterable[str], timeout: float) -> None:
+        """Block until every key is set (``socket.timeout`` after ``timeout`` seconds)."""
+        keys = list(keys)
+        self.sock.sendall(_U8.pack(WAIT) + _U64.pack(len(keys))
+                          + b"".join(_string(k.encode()) for k in keys))
+        self.sock.settimeout(timeout)
+        if _U8.unpack(self._read(1))[0] != STOP_WAITING:
+            raise StoreError("the store cancelled the wait")
+
+
+class _Conn:
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock, self.buf, self.validated = sock, bytearray(), False
+
+
+class _Incomplete(Exception):
+    pass
+
+
+class MiniStore:
+    """A TCPStore server for kdist's launchers, in a thread, on a socket already listening.
+
+    It answers the queries ``StoreClient`` sends (and GET); anything else closes that
+    connection, as a lost store would. ``stop`` ends the thread and closes every
+    connection it accepted; the listening socket stays open (the caller's).
+    """
+
+    def __init__(self, listener: socket.socket) -> None:
+        self.listener = listener
+        self.data: dict[str, bytes] = {}
+        self.lock = threading.Lock()
+        self._waiting: list[tuple[_Conn, list[str]]] = []
+        self._conns: dict[int, _Conn] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name="kdist-store", daemon=True)
+
+    def start(self) -> MiniStore:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        for conn in list(self._conns.values()):
+            conn.sock.close()
+        self._conns.clear()
+
+    def add(self, key: str, delta: int) -> int:
+        """ADD from this process (node 0's own launcher)."""
+        with self.lock:
+            value = int(self.data.get(key, b"0")) + delta
+            self.data[key] = str(value).encode()
+        return value
+
+    def set(self, key: str, value: bytes) -> None:
+        with self.lock:
+            self.data[key] = value
+
+    def _serve(self) -> None:
+        self.listener.setblocking(False)
+        try:
+            while not self._stop.is_set():
+                socks = [self.listener, *(c.sock for c in self._conns.values())]
+                ready, _, _ = select.select(socks, [], [], 0.05)
+                for sock in ready:
+                    if sock is self.listener:
+                        self._accept()
+                    else:
+                        self._receive(self._conns[sock.fileno()])
+                self._wake()
+        finally:
+            self.listener.setblocking(True)
+
+    def _accept(self) -> None:
+        try:
+            sock, _ = self.listener.accept()
+        except (BlockingIOError, OSError):
+            return
+        sock.setblocking(True)
+        sock.settimeout(5)
+        self._conns[sock.fileno()] = _Conn(sock)
+
+    def _drop(self, conn: _Conn) -> None:
+        self._conns.pop(conn.sock.fileno(), None)
+        self._waiting = [w for w in self._waiting if w[0] is not conn]
+        conn.sock.close()
+
+    def _receive(self, conn: _Conn) -> None:
+        try:
+            data = conn.sock.recv(65536)
+        except OSError:
+            data = b""
+        if not data:
+            self._drop(conn)
+            return
+        conn.buf += data
+        try:
+            while conn.buf:
+                used = self._query(conn, bytes(conn.buf))
+                del conn.buf[:used]
+        except _Incomplete:
+            return
+        except (OSError, ValueError, struct.error):
+            self._drop(conn)
+
+    def _query(self, conn: _Conn, buf: bytes) -> int:
+        """Answer the first query in ``buf``; the bytes it took (``_Incomplete``: not all here)."""
+        pos = 1
+
+        def take(n: int) -> bytes:
+            nonlocal pos
+            if len(buf) < pos + n:
+                raise _Incomplete
+            pos += n
+            return buf[pos - n:pos]
+
+        def string() -> bytes:
+            return take(_U64.unpack(take(8))[0])
+
+        kind = buf[0]
+        if not conn.validated:
+            if kind != VALIDATE or _U32.unpack(take(4))[0] != MAGIC:
+                raise ValueError("not a TCPStore client")
+            conn.validated = True
+        elif kind == PING:
+            conn.sock.sendall(take(4))
+        elif kind == SET:
+            key, value = string().decode(), string()
+            self.set(key, value)
+        elif kind == GET:
+            key = string().decode()
+            with self.lock:
+                found = self.data.get(key)
+            if found is None:
+                raise ValueError(f"GET of a missing key {key!r}")
+            conn.sock.sendall(_string(found))
+        elif kind == ADD:
+            key = string().decode()
+            conn.sock.sendall(_I64.pack(self.add(key, _I64.unpack(take(8))[0])))
+        elif kind in (CHECK, WAIT):
+            keys = [string().decode() for _ in range(_U64.unpack(take(8))[0])]
+            if kind == CHECK:
+                with self.lock:
+                    ready = all(k in self.data for k in keys)
+                conn.sock.sendall(_U8.pack(READY if ready else NOT_READY))
+            else:
+                self._waiting.append((conn, keys))
+        else:
+            raise ValueError(f"query {kind} is not served here")
+        return pos
+
+    def _wake(self) -> None:
+        with self.lock:
+            done = [w for w in self._waiting if all(k in self.data for k in w[1])]
+        for conn, keys in done:
+            self._waiting.remove((conn, keys))
+            try:
+                conn.sock.sendall(_U8.pack(STOP_WAITING))
+            except OSError:
+                self._drop(conn)
