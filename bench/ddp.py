@@ -1,6 +1,6 @@
 """DDP throughput on this machine's CPUs, 2 ranks, gloo.
 
-Per round, in this order (A B C D E, A B C D E, ...):
+Per round, in this order (A B C D E F, A B C D E F, ...):
 
 - kdist: ``python -m kdist.launch --module kdist.workloads.ddp`` (one node, 2 processes:
   what a pod with procsPerNode 2 runs, torch's elastic agent included);
@@ -10,7 +10,8 @@ Per round, in this order (A B C D E, A B C D E, ...):
 - two independent 1-rank runs at once: what 2 cores give 2 processes that never talk,
   the ceiling for weak scaling on this machine;
 - the seed's approach: ``torchrun ... bench/seed_ddp.py`` (no DistributedSampler,
-  per-sample DataLoader batches over a Python list), read as unique samples/s.
+  per-sample DataLoader batches over a Python list), read as unique samples/s;
+- kdist with ``--grad-compression bf16`` (gradients all-reduced in bf16).
 
 Every process gets OMP_NUM_THREADS=1 (one core per rank). Throughput is rank 0's
 ``samples_per_s`` at its best step line after the warm-up ones (see
@@ -57,6 +58,8 @@ FIGURES = [
          "2 x the same run alone"),
     Spec("ddp.weak_scaling_of_ceiling", "weak scaling / what the machine allows", "fraction",
          "ddp.weak_scaling", "ddp.machine_ceiling", ">= 0.90", 0.9),
+    Spec("ddp.bf16_compression_vs_fp32", "DDP throughput, --grad-compression bf16 / default",
+         "x", f"{KDIST} --grad-compression bf16", KDIST),
     Spec("ddp.seed_unique_samples_per_s", "seed's approach, unique samples/s", "samples/s",
          "torchrun --nproc-per-node 2 bench/seed_ddp.py (DataLoader(list(zip(x, y))), "
          "no DistributedSampler)", "(absolute)"),
@@ -70,12 +73,12 @@ def _args(steps: int) -> list[str]:
     return ["--max-steps", str(steps), "--log-every", str(EVERY), "--batch-size", "256"]
 
 
-def _kdist2(steps: int) -> float:
+def _kdist2(steps: int, *extra: str) -> float:
     env = clean_env(1, KDIST_NNODES="1", KDIST_NPROC_PER_NODE="2",
                     KDIST_MASTER_ADDR="127.0.0.1", KDIST_MASTER_PORT=str(free_port()),
                     KDIST_DIST_BACKEND="gloo", KDIST_JOB_NAME="bench-ddp")
     run = run_json([PYTHON, "-m", "kdist.launch", "--module", "kdist.workloads.ddp", "--",
-                    *_args(steps)], env=env)
+                    *_args(steps), *extra], env=env)
     return steady_rate(run, skip=SKIP)
 
 
@@ -105,6 +108,7 @@ def run(ctx: Ctx) -> dict[str, Measured]:
         "kdist-1rank": lambda: _kdist1(steps),
         "two-1rank-at-once": lambda: _two_alone(steps),
         "seed-unique": lambda: _torchrun("seed_ddp.py", steps, "unique_samples_per_s"),
+        "kdist-bf16-compression": lambda: _kdist2(steps, "--grad-compression", "bf16"),
     }, ctx.rounds, ctx.say)
     weak = [k2 / (2 * k1) for k2, k1 in zip(v["kdist"], v["kdist-1rank"], strict=True)]
     ceiling = [t / (2 * k1) for t, k1 in zip(v["two-1rank-at-once"], v["kdist-1rank"],
@@ -123,6 +127,9 @@ def run(ctx: Ctx) -> dict[str, Measured]:
         "ddp.weak_scaling_of_ceiling": Measured(
             median(w / c for w, c in zip(weak, ceiling, strict=True)),
             [w / c for w, c in zip(weak, ceiling, strict=True)]),
+        "ddp.bf16_compression_vs_fp32": Measured(
+            median(ratios(v["kdist-bf16-compression"], v["kdist"])),
+            ratios(v["kdist-bf16-compression"], v["kdist"])),
         "ddp.seed_unique_samples_per_s": Measured(median(v["seed-unique"]), v["seed-unique"]),
         "ddp.kdist_vs_seed": Measured(median(ratios(v["kdist"], v["seed-unique"])),
                                       ratios(v["kdist"], v["seed-unique"])),

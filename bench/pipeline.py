@@ -1,9 +1,11 @@
 """Pipeline parallelism: p = 2 stages, m micro-batches, against the unsplit model.
 
 Throughput, interleaved per round (unsplit, GPipe, 1F1B, then unsplit and 1F1B
-at batch 1024, ...):
+at batch 1024, then the micro-batched unsplit at both batches, ...):
 
 - unsplit: ``python -m bench.unsplit``, kdist's MLP whole in one process, 1 thread;
+- micro-batched: ``python -m bench.microbatched``, the same with the batch cut into m
+  micro-batches whose gradients accumulate: what micro-batching alone costs;
 - ``python -m kdist.launch --module kdist.workloads.pipeline -- --schedule S
   --microbatches m``, 2 processes (one stage each), 1 thread each.
 
@@ -46,6 +48,8 @@ SHAPE = ["--layers", "5", "--hidden", "1024"]
 BATCH, BIG = 256, 1024  # micro-batches of 64; and of 256, to show the per-message cost
 MODEL = f"MLP 64-1024x5-10 (4.3M params), batch {BATCH}, SGD momentum"
 UNSPLIT = "python -m bench.unsplit (whole model, 1 process, 1 thread)"
+MICRO = (f"python -m bench.microbatched --microbatches {M} (whole model, 1 process, "
+         "gradients accumulated over the micro-batches)")
 
 
 def _pipe(schedule: str) -> str:
@@ -76,6 +80,10 @@ def _specs() -> list[Spec]:
              "pipeline.1f1b_big_vs_unsplit", f"{BOUND:.2f}", "ideal 1.00"),
         Spec("pipeline.1f1b_vs_gpipe", f"1F1B / GPipe throughput, p={P} m={M}", "x",
              _pipe("1f1b"), _pipe("gpipe")),
+        Spec("pipeline.microbatch_cost", f"micro-batching alone: unsplit / {M} micro-batches "
+             f"of {BATCH // M}, one process", "x", MICRO, UNSPLIT),
+        Spec("pipeline.microbatch_cost_big", f"... micro-batches of {BIG // M}, batch {BIG}",
+             "x", f"{MICRO}; batch {BIG}", f"{UNSPLIT}; batch {BIG}"),
         Spec("pipeline.unsplit_samples_per_s", "unsplit model throughput, 1 thread", "samples/s",
              UNSPLIT, "(absolute)"),
         Spec("pipeline.unsplit_peak_mem_mib", "unsplit model peak tensor memory", "MiB",
@@ -89,8 +97,8 @@ FIGURES = _specs()
 
 
 def _unsplit(steps: int, extra: list[str], probe: bool = False,
-             batch: int = BATCH) -> list[dict]:
-    cmd = [PYTHON, "-m", *(["bench.memprobe"] if probe else []), "bench.unsplit", *SHAPE,
+             batch: int = BATCH, module: str = "bench.unsplit") -> list[dict]:
+    cmd = [PYTHON, "-m", *(["bench.memprobe"] if probe else []), module, *SHAPE,
            "--batch-size", str(batch), *extra, "--max-steps", str(steps)]
     return run_json(cmd, env=clean_env(1)).records
 
@@ -129,6 +137,10 @@ def run(ctx: Ctx) -> dict[str, Measured]:
         "1f1b": lambda: _rate(_pipeline("1f1b", steps, timing)),
         f"unsplit-{BIG}": lambda: _rate(_unsplit(steps, timing, batch=BIG)),
         f"1f1b-{BIG}": lambda: _rate(_pipeline("1f1b", steps, timing, batch=BIG)),
+        "micro": lambda: _rate(_unsplit(steps, [*timing, "--microbatches", str(M)],
+                                        module="bench.microbatched")),
+        f"micro-{BIG}": lambda: _rate(_unsplit(steps, [*timing, "--microbatches", str(M)],
+                                               batch=BIG, module="bench.microbatched")),
     }, ctx.rounds, ctx.say)
     small = ["--dataset-size", "2048", "--log-every", "2"]
     ctx.say("    memory: one profiled run each (unsplit, gpipe, 1f1b)")
@@ -152,6 +164,10 @@ def run(ctx: Ctx) -> dict[str, Measured]:
     out["pipeline.1f1b_big_of_bound"] = Measured(median(big) / BOUND, [x / BOUND for x in big])
     out["pipeline.1f1b_vs_gpipe"] = Measured(median(ratios(v["1f1b"], v["gpipe"])),
                                              ratios(v["1f1b"], v["gpipe"]))
+    for key, unsplit, micro in (("microbatch_cost", "unsplit", "micro"),
+                                ("microbatch_cost_big", f"unsplit-{BIG}", f"micro-{BIG}")):
+        cost = ratios(v[unsplit], v[micro])
+        out[f"pipeline.{key}"] = Measured(median(cost), cost, note)
     out["pipeline.unsplit_samples_per_s"] = Measured(median(v["unsplit"]), v["unsplit"])
     out["pipeline.unsplit_peak_mem_mib"] = Measured(unsplit_peak / 2**20, [])
     return out

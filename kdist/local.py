@@ -34,8 +34,8 @@ LOCAL_MASTER = "127.0.0.1"
 FAIL_GRACE_S = 10.0
 STOP_GRACE_S = 60.0
 # ... and, once a node failed, how long the rest get to stop: nothing is left to
-# save (a peer is gone), and a node whose workers finished waits in torch's exit
-# barrier, which no signal interrupts.
+# save (a peer is gone); a node whose workers finished is in the launcher's exit
+# barrier, which a signal ends at once.
 FAILED_STOP_GRACE_S = 10.0
 
 

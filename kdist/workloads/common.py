@@ -4,6 +4,7 @@ a deterministic synthetic data set, the MLP, and sharded batch indices."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import os
@@ -27,6 +28,8 @@ from kdist.shared import env as E
 from kdist.shared import exitcodes
 
 DEFAULT_PG_TIMEOUT_S = 300
+# --dtype: None = no autocast (plain fp32).
+DTYPES: dict[str, torch.dtype | None] = {"fp32": None, "bf16": torch.bfloat16}
 # Test hook: "RANK:STEP" makes that rank SIGKILL itself after that step (see
 # maybe_inject_fault).
 FAULT_ENV = E.FAULT_KILL_AT
@@ -54,6 +57,10 @@ def add_common_args(parser: argparse.ArgumentParser) -> None:
     add("--classes", type=int, default=10, help="classes (default 10)")
     add("--hidden", type=int, default=512, help="hidden width of the MLP (default 512)")
     add("--layers", type=int, default=4, help="hidden layers of the MLP (default 4)")
+    add("--dtype", choices=sorted(DTYPES), default="fp32",
+        help="compute precision: bf16 runs forward and loss under torch.autocast in bfloat16 "
+             "(GPUs, and CPUs with bf16 units); parameters, gradients and the optimizer "
+             "stay fp32 (default fp32)")
 
 
 def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -65,6 +72,19 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
         parser.error("--checkpoint-every must be >= 0")
     if not 0 <= args.step_delay <= 3600:
         parser.error("--step-delay must be between 0 and 3600 seconds")
+
+
+def autocast(device: torch.device, dtype: str) -> Callable[[], contextlib.AbstractContextManager]:
+    """A factory of the context each forward (and loss) runs in, for ``--dtype``.
+
+    fp32: a no-op. bf16: ``torch.autocast`` on the device's type, so matmuls run
+    in bfloat16 while parameters, gradients and the optimizer stay fp32 (the
+    backward runs outside it, as torch recommends).
+    """
+    low = DTYPES[dtype]
+    if low is None:
+        return contextlib.nullcontext
+    return lambda: torch.autocast(device.type, dtype=low)
 
 
 @dataclass(frozen=True)

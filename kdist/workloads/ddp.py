@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel
 
@@ -36,6 +38,7 @@ from kdist.workloads.common import (
     Meter,
     ShardedBatches,
     add_common_args,
+    autocast,
     check_args,
     log_event,
     make_dataset,
@@ -45,6 +48,15 @@ from kdist.workloads.common import (
 from kdist.workloads.loop import Saver, run_steps
 
 SHARD = "state"
+# DDP's own default. Its first bucket is capped at 1 MB anyway, so the default MLP
+# (3.3 MB of gradients) makes 2 buckets and the first all-reduce overlaps backward.
+# Smaller buckets measured slower on gloo over 2 shared cores (bench/README.md, 1).
+BUCKET_CAP_MB = 25.0
+COMPRESSION: dict[str, Callable[..., Any] | None] = {
+    "none": None,
+    "bf16": default_hooks.bf16_compress_hook,
+    "fp16": default_hooks.fp16_compress_hook,
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -53,7 +65,34 @@ def build_parser() -> argparse.ArgumentParser:
         description="DistributedDataParallel training of an MLP on a synthetic data set.",
     )
     add_common_args(parser)
+    parser.add_argument("--bucket-cap-mb", type=float, default=BUCKET_CAP_MB,
+                        help="DDP gradient bucket size in MB: each bucket's all-reduce starts "
+                             "as soon as backward has produced its gradients, so smaller "
+                             f"buckets overlap more of it (default {BUCKET_CAP_MB})")
+    parser.add_argument("--grad-compression", choices=sorted(COMPRESSION), default="none",
+                        help="all-reduce gradients in bf16 or fp16 (half the bytes; a "
+                             "DDP communication hook) and average them back in fp32 "
+                             "(default none)")
     return parser
+
+
+def wrap(model: nn.Module, args: argparse.Namespace, d: Dist) -> DistributedDataParallel:
+    """DDP for ``model`` with the overlap settings and the compression hook of ``args``.
+
+    ``gradient_as_bucket_view``: gradients live in the buckets (no copy into
+    them); the buckets, filled in backward's order, are all-reduced one by one
+    while backward continues.
+    """
+    ddp = DistributedDataParallel(
+        model,
+        device_ids=[d.device.index] if d.device.type == "cuda" else None,
+        bucket_cap_mb=args.bucket_cap_mb,
+        gradient_as_bucket_view=True,
+    )
+    hook = COMPRESSION[args.grad_compression]
+    if hook is not None:
+        ddp.register_comm_hook(None, hook)
+    return ddp
 
 
 def build_model(args: argparse.Namespace) -> nn.Sequential:
@@ -87,11 +126,8 @@ def train(args: argparse.Namespace, d: Dist) -> None:
     ckpt = Checkpointer(args.checkpoint_dir, keep=args.keep_checkpoints) \
         if args.checkpoint_dir else None
     start, loss = _resume(ckpt, d, model, opt) if ckpt else (0, None)
-    ddp = DistributedDataParallel(
-        model,
-        device_ids=[d.device.index] if d.device.type == "cuda" else None,
-        gradient_as_bucket_view=True,
-    )
+    ddp = wrap(model, args, d)
+    forward_context = autocast(d.device, args.dtype)
     batches = ShardedBatches(args.dataset_size, args.batch_size, d.world_size, d.rank,
                              args.seed, d.device)
     loss_fn = nn.CrossEntropyLoss()
@@ -100,7 +136,8 @@ def train(args: argparse.Namespace, d: Dist) -> None:
     def step(n: int) -> None:
         idx = batches.indices(n - 1)
         opt.zero_grad(set_to_none=True)
-        batch_loss = loss_fn(ddp(x.index_select(0, idx)), y.index_select(0, idx))
+        with forward_context():
+            batch_loss = loss_fn(ddp(x.index_select(0, idx)), y.index_select(0, idx))
         batch_loss.backward()
         opt.step()
         meter.add(batch_loss)

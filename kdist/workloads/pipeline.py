@@ -2,8 +2,11 @@
 
 The MLP of ``kdist.workloads.common.mlp_blocks`` is cut into ``--stages``
 contiguous stages (default: one per rank), one stage per rank, and driven by
-``torch.distributed.pipelining`` with ``--microbatches`` micro-batches per
-step under the GPipe or 1F1B schedule (``--schedule``). When the world size
+``kdist.workloads.schedule`` with ``--microbatches`` micro-batches per step
+under the GPipe or 1F1B schedule (``--schedule``): one message per micro-batch
+and direction, into receive buffers each stage preallocates, with no shape
+exchange (``torch.distributed.pipelining`` spent most of a CPU step on
+per-message work; bench/README.md, "Pipeline"). When the world size
 is a multiple of the stage count, the ranks form ``world / stages``
 pipelines (DP x PP): rank r runs stage ``r % stages`` of pipeline
 ``r // stages``; each pipeline gets its own shard of the data
@@ -31,7 +34,6 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 from torch.distributed.elastic.multiprocessing.errors import record
-from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
 from kdist.shared import env as E
 from kdist.workloads.checkpoint import Checkpointer
@@ -41,6 +43,7 @@ from kdist.workloads.common import (
     Meter,
     ShardedBatches,
     add_common_args,
+    autocast,
     check_args,
     log_event,
     make_dataset,
@@ -48,8 +51,7 @@ from kdist.workloads.common import (
     run_workload,
 )
 from kdist.workloads.loop import Saver, run_steps
-
-SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
+from kdist.workloads.schedule import SCHEDULES, Boundary, StageRunner
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -75,11 +77,28 @@ def stage_bounds(blocks: int, stages: int, stage: int) -> tuple[int, int]:
     return start, start + base + (1 if stage < extra else 0)
 
 
-def split_model(args: argparse.Namespace, stages: int, stage: int) -> nn.Sequential:
-    """This stage's part of the (seeded, so identical everywhere) MLP."""
-    blocks = mlp_blocks(args)
+def split_model(args: argparse.Namespace, stages: int, stage: int,
+                device: torch.device) -> tuple[nn.Sequential, Boundary | None, Boundary | None]:
+    """This stage's part of the (seeded, so identical everywhere) MLP, on ``device``,
+    and what it receives and sends per micro-batch (None at the pipeline's ends).
+
+    The boundaries are worked out locally: one row through the blocks up to
+    this stage's end under ``--dtype``'s autocast, so the preallocated buffers
+    have the shape and dtype the neighbours send.
+    """
+    blocks = [b.to(device) for b in mlp_blocks(args)]
     start, stop = stage_bounds(len(blocks), stages, stage)
-    return nn.Sequential(*blocks[start:stop])
+    micro = args.batch_size // args.microbatches
+    probe = torch.zeros(1, args.features, device=device)
+    inbound = outbound = None
+    with torch.no_grad(), autocast(device, args.dtype)():
+        for i, block in enumerate(blocks[:stop]):
+            if i == start and stage > 0:
+                inbound = Boundary((micro, *probe.shape[1:]), probe.dtype)
+            probe = block(probe)
+    if stage < stages - 1:
+        outbound = Boundary((micro, *probe.shape[1:]), probe.dtype)
+    return nn.Sequential(*blocks[start:stop]), inbound, outbound
 
 
 def _group(group: object) -> dist.ProcessGroup:
@@ -142,7 +161,7 @@ def train(args: argparse.Namespace, d: Dist, stages: int) -> None:
     lay = Layout(d, stages, timeout)
     x, y = (t.to(d.device) for t in make_dataset(args.seed, args.dataset_size,
                                                  args.features, args.classes))
-    module = split_model(args, stages, lay.stage).to(d.device)
+    module, inbound, outbound = split_model(args, stages, lay.stage, d.device)
     opt = torch.optim.SGD(module.parameters(), lr=args.lr, momentum=args.momentum)
     shard = f"stage-{lay.stage}"
     ckpt = Checkpointer(args.checkpoint_dir, keep=args.keep_checkpoints) \
@@ -160,28 +179,26 @@ def train(args: argparse.Namespace, d: Dist, stages: int) -> None:
         log_event("resume", step=start, checkpoint=loaded.name, rank=d.rank,
                   world_size=d.world_size)
 
-    # Shapes are inferred at the first step (this exchange needs numpy installed).
-    # Static shapes (input_args/output_args) gave wrong gradients on torch 2.15.
-    stage = PipelineStage(module, lay.stage, stages, d.device, group=lay.pp_group)
-    schedule = SCHEDULES[args.schedule](stage, args.microbatches, loss_fn=F.cross_entropy)
+    runner = StageRunner(
+        module, schedule=args.schedule, stages=stages, stage=lay.stage,
+        microbatches=args.microbatches, prev=None if lay.first else d.rank - 1,
+        next=None if lay.last else d.rank + 1, inbound=inbound, outbound=outbound,
+        group=lay.pp_group, device=d.device, loss_fn=F.cross_entropy,
+        autocast=autocast(d.device, args.dtype))
     batches = ShardedBatches(args.dataset_size, args.batch_size, lay.replicas, lay.replica,
                              args.seed, d.device)
     meter = Meter(d.device, args.batch_size * lay.replicas)
+    zero = torch.zeros((), device=d.device)
 
     def step(n: int) -> None:
         idx = batches.indices(n - 1)
         opt.zero_grad(set_to_none=True)
-        losses: list[torch.Tensor] = []
-        inputs = (x.index_select(0, idx),) if lay.first else ()
-        target = y.index_select(0, idx) if lay.last else None
-        if lay.last:
-            schedule.step(*inputs, target=target, losses=losses)
-        else:
-            schedule.step(*inputs)
+        loss = runner.step(x.index_select(0, idx) if lay.first else None,
+                           y.index_select(0, idx) if lay.last else None)
         if lay.replicas > 1:
             average_gradients(module, lay.dp_group, lay.replicas)
         opt.step()
-        meter.add(torch.stack(losses).mean() if lay.last else torch.zeros((), device=d.device))
+        meter.add(loss if loss is not None else zero)
 
     def read() -> tuple[float, float]:
         # Only the last stage knows the loss; meter.total is the interval's sum.

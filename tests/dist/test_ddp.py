@@ -1,4 +1,5 @@
-"""The DDP workload under the real launcher: equivalence, failure, exact resume."""
+"""The DDP workload under the real launcher: equivalence, failure, exact resume; and its
+options: --dtype (autocast), --grad-compression (a comm hook), --bucket-cap-mb."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.distributed as dist
 from disttools import TINY, Run, assert_ok, final_state, run_job
 
 from kdist.workloads import ddp as ddp_workload
+from kdist.workloads.common import Dist
 
 STEPS = ["--max-steps", "20", "--checkpoint-every", "4", "--log-every", "2",
          "--keep-checkpoints", "0", "--seed", "5", "--batch-size", "16"]
@@ -93,3 +96,50 @@ def test_gang_restart_resumes_and_finishes_exactly(uninterrupted, tmp_path):
     assert sorted((e["rank"], e["step"]) for e in run.events("resume")) == [(0, 8), (1, 8)]
     assert {e["rank"] for e in run.events("done")} == {0, 1}
     assert_same_params(final_state(tmp_path), uninterrupted)
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.filterwarnings("ignore:Unable to enable fault handler")
+@pytest.mark.parametrize(("dtype", "expected"), [("fp32", torch.float32), ("bf16", torch.bfloat16)])
+def test_dtype_runs_the_forward_in_that_dtype(dtype, expected, tmp_path):
+    seen: set[torch.dtype] = set()
+
+    def record(module, inputs, output):
+        if isinstance(module, torch.nn.Linear):
+            seen.add(output.dtype)
+
+    handle = torch.nn.modules.module.register_module_forward_hook(record)
+    try:
+        assert ddp_workload.main(ddp(tmp_path, "--max-steps", "2", "--dtype", dtype)[3:]) == 0
+    finally:
+        handle.remove()
+    assert seen == {expected}
+    # Parameters and optimizer state stay fp32 whatever the compute dtype.
+    assert {t.dtype for t in final_state(tmp_path)["model"].values()} == {torch.float32}
+
+
+@pytest.mark.parametrize(("compression", "hook"), [("none", None), ("bf16", "bf16_compress_hook"),
+                                                   ("fp16", "fp16_compress_hook")])
+def test_wrap_sets_buckets_and_the_compression_hook(compression, hook):
+    args = ddp_workload.build_parser().parse_args(
+        [*TINY, "--grad-compression", compression, "--bucket-cap-mb", "0.5"])
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        wrapped = ddp_workload.wrap(ddp_workload.build_model(args), args,
+                                    Dist(0, 1, 0, "gloo", torch.device("cpu")))
+        data = wrapped._get_ddp_logging_data()
+    finally:
+        dist.destroy_process_group()
+    assert data.get("comm_hook") == hook
+    assert data["bucket_cap_bytes"] == 512 * 1024
+    assert data["gradient_as_bucket_view"] == 1
+
+
+@pytest.mark.timeout(120)
+def test_compressed_bf16_training_follows_the_fp32_run(uninterrupted, tmp_path):
+    run = run_job(ddp(tmp_path, "--grad-compression", "bf16", "--dtype", "bf16"), nodes=2)
+    assert_ok(run)
+    assert {e["rank"] for e in run.events("done")} == {0, 1}
+    low = final_state(tmp_path)
+    for name, value in uninterrupted["model"].items():
+        torch.testing.assert_close(low["model"][name], value, atol=0.05, rtol=0.05, msg=name)
