@@ -174,6 +174,10 @@ def run(plan: LaunchPlan, module: str | None, rest: list[str], *, prefix_lines: 
                 return code
             return _failed(plan, failed, output)
         why = barrier.wait()
+        if barrier.peer_failed:  # exit 0 would count this pod as done in a failed job
+            code = exitcodes.PEER_LOST
+            say(f"exit barrier: {why}; exiting {code}: {exitcodes.describe(code)}")
+            return code
         if why:
             say(f"exit barrier: {why}; exiting 0 (this node's workers succeeded)")
         return 0

@@ -13,7 +13,9 @@ same socket, and a launcher whose workers all succeeded waits, up to
 ``EXIT_BARRIER_S``, until every node's workers are done (node 0 counts the others'
 reports; the others report to node 0's barrier, or stop waiting when node 0 is
 gone). A node whose workers failed exits at once, as under torch (telling node 0's
-barrier, if it already waits, not to wait for it). The store itself
+barrier, if it already waits, not to wait for it; node 0 then exits PEER_LOST, not 0,
+so that no controller counts its pod as done while the job failed: under torch's
+agent it sat in the barrier until the controller ended it). The store itself
 lives in rank 0's worker, so a script whose other ranks still use it after rank 0
 exited loses it (as with ``torch.multiprocessing`` or an ``env://`` launch without
 an agent); collectives and ``destroy_process_group`` do not need it.
@@ -30,7 +32,7 @@ from kdist.runtime.store import MiniStore, StoreClient, listen
 from kdist.shared.errors import LaunchError
 
 JOINED, GO, RELEASED = "kdist/rdzv/joined", "kdist/rdzv/go", "kdist/rdzv/released"
-BARRIER, DONE = "kdist/exit/open", "kdist/exit/done"
+BARRIER, DONE, FAILED = "kdist/exit/open", "kdist/exit/done", "kdist/exit/failed"
 EXIT_BARRIER_S = 300.0  # torch's exit_barrier_timeout
 _POLL_S = 0.02
 
@@ -127,6 +129,7 @@ class ExitBarrier:
     def __init__(self, plan: LaunchPlan, listener: socket.socket | None) -> None:
         self.plan, self.listener = plan, listener
         self.server: MiniStore | None = None
+        self.peer_failed = False  # node 0: another node reported failed workers
 
     def serve(self) -> None:
         """Node 0, once rank 0's worker exited: answer the others on the master port."""
@@ -149,6 +152,7 @@ class ExitBarrier:
             return
         try:
             if client.check([BARRIER]):
+                client.add(FAILED, 1)
                 client.add(DONE, 1)
         except OSError:
             pass
@@ -166,6 +170,10 @@ class ExitBarrier:
                 if clock() >= deadline:
                     return f"not every node finished within {limit_s:.0f}s"
                 time.sleep(0.1)
+            failed = int(self.server.data.get(FAILED, b"0"))
+            if failed:
+                self.peer_failed = True
+                return f"{failed} other node(s) reported failed workers"
             return ""
         while clock() < deadline:  # another node: report to node 0's barrier
             try:
