@@ -110,7 +110,10 @@ def load_document(data: bytes, *, max_bytes: int = MAX_BYTES) -> object:
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        raise YamlProblem(f"{where}invalid YAML: {e.problem or e.context}") from None
+        problem = e.problem or e.context or ""
+        if "nesting depth" in problem:  # PyYAML >= 6.0.4's own limit, met while scanning ahead
+            raise YamlProblem(f"{where}document is nested deeper than {MAX_DEPTH} levels") from None
+        raise YamlProblem(f"{where}invalid YAML: {problem}") from None
     except yaml.YAMLError as e:
         raise YamlProblem(f"invalid YAML: {' '.join(str(e).split())}") from None
     except RecursionError:
