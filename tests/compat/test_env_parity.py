@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -29,7 +28,7 @@ MUST_MATCH = (
     "TORCHELASTIC_USE_AGENT_STORE", "TORCH_NCCL_ASYNC_ERROR_HANDLING",
     "TORCHELASTIC_SIGNALS_TO_HANDLE",
 )
-_ENV_LINE = re.compile(r"ENV (\{.*\})$")
+_ENV_MARK = "ENV {"
 
 
 def base_env() -> dict[str, str]:
@@ -44,13 +43,15 @@ def base_env() -> dict[str, str]:
 
 def probes(text: str, base: dict[str, str]) -> list[tuple[dict[str, str], bool]]:
     """Every probe line in ``text``, in order: (what the launcher added or changed, unbuffered)."""
-    found = []
+    found, decoder = [], json.JSONDecoder()
     for line in text.splitlines():
-        m = _ENV_LINE.search(line)
-        if m:
-            seen = json.loads(m.group(1))
+        # Probes of ranks sharing a pipe (torchrun's) may still run together on one line.
+        at = line.find(_ENV_MARK)
+        while at != -1:
+            seen, end = decoder.raw_decode(line, at + len(_ENV_MARK) - 1)
             added = {k: v for k, v in seen["env"].items() if base.get(k) != v}
             found.append((added, seen["unbuffered"]))
+            at = line.find(_ENV_MARK, end)
     return found
 
 

@@ -15,8 +15,11 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--die-once", metavar="MARKER")
 args = parser.parse_args()
 # write_through: stdout is unbuffered (python -u or PYTHONUNBUFFERED)
-print("ENV " + json.dumps({"env": dict(os.environ), "unbuffered": sys.stdout.write_through}),
-      flush=True)
+# One write per line: under torchrun both ranks share one pipe, and print's separate
+# write of the newline let two probe lines run together.
+sys.stdout.write("ENV " + json.dumps({"env": dict(os.environ),
+                                      "unbuffered": sys.stdout.write_through}) + "\n")
+sys.stdout.flush()
 if args.die_once and os.environ.get("RANK") == "1" and not os.path.exists(args.die_once):
     open(args.die_once, "w").close()
     os.kill(os.getpid(), signal.SIGKILL)
