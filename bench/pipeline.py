@@ -4,7 +4,7 @@ Throughput, interleaved per round (unsplit, GPipe, 1F1B, then unsplit and 1F1B
 at batch 1024, then the micro-batched unsplit at both batches, ...):
 
 - unsplit: ``python -m bench.unsplit``, kdist's MLP whole in one process, 1 thread;
-- micro-batched: ``python -m bench.microbatched``, the same with the batch cut into m
+- micro-batched: ``python -m bench.unsplit --microbatches M``, the same with the batch cut into m
   micro-batches whose gradients accumulate: what micro-batching alone costs;
 - ``python -m kdist.launch --module kdist.workloads.pipeline -- --schedule S
   --microbatches m``, 2 processes (one stage each), 1 thread each.
@@ -48,7 +48,7 @@ SHAPE = ["--layers", "5", "--hidden", "1024"]
 BATCH, BIG = 256, 1024  # micro-batches of 64; and of 256, to show the per-message cost
 MODEL = f"MLP 64-1024x5-10 (4.3M params), batch {BATCH}, SGD momentum"
 UNSPLIT = "python -m bench.unsplit (whole model, 1 process, 1 thread)"
-MICRO = (f"python -m bench.microbatched --microbatches {M} (whole model, 1 process, "
+MICRO = (f"python -m bench.unsplit --microbatches {M} (whole model, 1 process, "
          "gradients accumulated over the micro-batches)")
 
 
@@ -97,8 +97,8 @@ FIGURES = _specs()
 
 
 def _unsplit(steps: int, extra: list[str], probe: bool = False,
-             batch: int = BATCH, module: str = "bench.unsplit") -> list[dict]:
-    cmd = [PYTHON, "-m", *(["bench.memprobe"] if probe else []), module, *SHAPE,
+             batch: int = BATCH) -> list[dict]:
+    cmd = [PYTHON, "-m", *(["bench.memprobe"] if probe else []), "bench.unsplit", *SHAPE,
            "--batch-size", str(batch), *extra, "--max-steps", str(steps)]
     return run_json(cmd, env=clean_env(1)).records
 
@@ -137,10 +137,9 @@ def run(ctx: Ctx) -> dict[str, Measured]:
         "1f1b": lambda: _rate(_pipeline("1f1b", steps, timing)),
         f"unsplit-{BIG}": lambda: _rate(_unsplit(steps, timing, batch=BIG)),
         f"1f1b-{BIG}": lambda: _rate(_pipeline("1f1b", steps, timing, batch=BIG)),
-        "micro": lambda: _rate(_unsplit(steps, [*timing, "--microbatches", str(M)],
-                                        module="bench.microbatched")),
+        "micro": lambda: _rate(_unsplit(steps, [*timing, "--microbatches", str(M)])),
         f"micro-{BIG}": lambda: _rate(_unsplit(steps, [*timing, "--microbatches", str(M)],
-                                               batch=BIG, module="bench.microbatched")),
+                                               batch=BIG)),
     }, ctx.rounds, ctx.say)
     small = ["--dataset-size", "2048", "--log-every", "2"]
     ctx.say("    memory: one profiled run each (unsplit, gpipe, 1f1b)")

@@ -29,6 +29,9 @@ from kdist.workloads.common import (
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.unsplit")
     add_common_args(parser)
+    # > 1: the same step cut into micro-batches, gradients accumulated (no messages):
+    # what micro-batching alone costs (bench figure pipeline.microbatch_cost).
+    parser.add_argument("--microbatches", type=int, default=1)
     args = parser.parse_args(argv)
     device = torch.device("cpu")
     x, y = make_dataset(args.seed, args.dataset_size, args.features, args.classes)
@@ -39,8 +42,17 @@ def main(argv: list[str] | None = None) -> int:
     for step in range(1, args.max_steps + 1):
         idx = batches.indices(step - 1)
         opt.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(model(x.index_select(0, idx)), y.index_select(0, idx))
-        loss.backward()
+        m = args.microbatches
+        if m == 1:
+            loss = F.cross_entropy(model(x.index_select(0, idx)), y.index_select(0, idx))
+            loss.backward()
+        else:
+            loss = torch.zeros(())
+            for xs, ys in zip(x.index_select(0, idx).chunk(m), y.index_select(0, idx).chunk(m),
+                              strict=True):
+                part = F.cross_entropy(model(xs), ys) / m
+                part.backward()
+                loss += part.detach()
         opt.step()
         meter.add(loss)
         if step % args.log_every == 0 or step == args.max_steps:
