@@ -88,6 +88,7 @@ build_kind() {
   log "building kind $KIND_VERSION (log: $LOGS/build.log)"
   (go_env; GOBIN=$KIND_CACHE/gobin go install "sigs.k8s.io/kind@$KIND_VERSION") >>"$LOGS/build.log" 2>&1 ||
     { tail -20 "$LOGS/build.log"; die "building kind failed"; }
+  mkdir -p "$BIN"   # a cold machine: kind may be the first binary built
   mv "$KIND_CACHE/gobin/kind" "$KIND_BIN"
 }
 
