@@ -134,6 +134,9 @@ class JobState:
             "ranks": [dict(self.ranks[r].to_dict(), phase=self.rank_phase(self.ranks[r]))
                       for r in sorted(self.ranks)],
             "failures": [f.__dict__ for f in sorted(self.failures, key=lambda f: f.finished_at)],
+            # The failure failure_line() names: a code error outranks the 203 of a peer that
+            # only saw it (the list above is by time, 1 s resolution, so either may come first).
+            "firstFailure": (bad.__dict__ if (bad := self.first_failure()) else None),
         }
 
 

@@ -144,8 +144,7 @@ def test_a_sigkilled_worker_of_an_unchanged_torchrun_script_restarts_and_resumes
     status = json.loads(kdist("status", name, "-o", "json").stdout)
     assert status["phase"] == "Succeeded", status
     if backend == "indexed-job":  # the training operator deletes the pods it replaces
-        blamed = min(status["failures"],
-                     key=lambda f: (f["exit_code"] != 137, f["finished_at"]))
+        blamed = status["firstFailure"]
         assert (blamed["rank"], blamed["exit_code"]) == (1, 137), status["failures"]
         assert "worker rank 1 " in blamed["said"], blamed
     print(out.timed(fault))

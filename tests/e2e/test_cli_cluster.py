@@ -107,8 +107,10 @@ def test_failing_job_names_rank_and_exit_code(backend, namespace, kdist, job_fil
     status = json.loads(kdist("status", "bad", "-o", "json").stdout)
     assert status["phase"] == "Failed"
     if backend == "indexed-job":  # the training operator deletes a PyTorchJob's failed pod
-        # rank 1's code error is there; node 0 may add a 203 from its exit barrier
+        # node 0 may add a 203 from its exit barrier: the code error is still the one named
         assert (1, 3) in [(f["rank"], f["exit_code"]) for f in status["failures"]]
+        first = status["firstFailure"]
+        assert (first["rank"], first["exit_code"]) == (1, 3), status["failures"]
 
 
 def test_unschedulable_job_warns_once_and_times_out(namespace, kdist, job_file):

@@ -79,6 +79,18 @@ def test_indexed_job_failure_names_rank_and_exit_code():
     assert any("rank 1" in w and "exited with code 3" in w for w in warnings)
 
 
+def test_json_names_the_code_error_even_when_a_lost_peer_came_first():
+    from kdist.kube.state import Failure, JobState
+    s = JobState("j", outcome="Failed")
+    s.failures += [Failure(0, "j-0-a", 203, "Error", "2026-12-02T00:00:01Z"),
+                   Failure(1, "j-1-b", 3, "Error", "2026-12-02T00:00:01Z", said="boom")]
+    d = s.to_dict()
+    assert [f["exit_code"] for f in d["failures"]] == [203, 3]  # by time, as they came
+    assert (d["firstFailure"]["rank"], d["firstFailure"]["exit_code"]) == (1, 3)
+    assert "rank 1 (pod j-1-b) exited with code 3: boom" in s.failure_line()
+    assert JobState("ok").to_dict()["firstFailure"] is None
+
+
 def test_failure_target_is_terminal_before_failed():
     items = load("indexed_failure")
     t = Tracker("mnist")
