@@ -4,10 +4,15 @@
   cluster (validate, render, init, run --local).
 - ``cluster_verbs``: submit, status, logs, list, delete.
 - ``options``: flags shared by several verbs; ``progress``: what is printed.
+- ``startup``: what the command sets up before pydantic is imported.
 """
 
-from kdist.cli.cluster_verbs import COMMANDS
-from kdist.cli.main import main
+from kdist.cli.startup import skip_pydantic_plugins
+
+skip_pydantic_plugins()  # before the spec models are built (kdist.cli.startup says why)
+
+from kdist.cli.cluster_verbs import COMMANDS  # noqa: E402
+from kdist.cli.main import main  # noqa: E402
 
 for _command in COMMANDS:
     main.add_command(_command)

@@ -18,6 +18,7 @@ import yaml
 from kdist.rendering import overlay, podspec
 from kdist.rendering.contract import env_contract, field_env, launch_argv, master_service_addr
 from kdist.rendering.labels import object_labels
+from kdist.rendering.template_cache import bytecode_cache
 from kdist.rendering.yamlout import dump_objects
 from kdist.shared import env as E
 from kdist.shared import exitcodes
@@ -52,6 +53,7 @@ def _env() -> jinja2.Environment:
         lstrip_blocks=True,
         keep_trailing_newline=True,
         autoescape=False,
+        bytecode_cache=bytecode_cache(),
     )
     env.filters["q"] = yaml_quote
     return env
