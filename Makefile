@@ -70,8 +70,17 @@ cluster-down: ## Stop the test cluster and clean its mounts, bridge and netns
 image: install ## Build the CPU training image and load it into the cluster as kdist-train:dev-cpu
 	bash tests/cluster/image.sh
 
+# The suite mostly waits on the cluster (~64% idle CPU run one test at a time):
+# E2E_WORKERS tests run at once, each in its own namespace; the `exclusive`
+# ones (an API server restart, a lost node) run alone afterwards.
+E2E_WORKERS ?= 2
+E2E_PYTEST = KUBECONFIG=$(KUBECONFIG_E2E) $(PYTHON) -m pytest tests/e2e -q -p no:cacheprovider
+
 e2e: install cluster-up image ## cluster-up + image + the e2e suite against .cluster/kubeconfig
-	KUBECONFIG=$(KUBECONFIG_E2E) $(PYTHON) -m pytest tests/e2e -q -p no:cacheprovider
+	@rc=0; \
+	$(E2E_PYTEST) -n $(E2E_WORKERS) -m "not exclusive" || rc=$$?; \
+	$(E2E_PYTEST) -m exclusive || rc=$$?; \
+	exit $$rc
 
 KIND_STATE := $(CURDIR)/.cluster-kind
 E2E_KIND_TESTS ?= tests/e2e

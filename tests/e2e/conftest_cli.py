@@ -23,6 +23,8 @@ from typing import Any
 import pytest
 import yaml
 
+from kdist.spec.quantity import parse_quantity
+
 REPO = Path(__file__).resolve().parents[2]
 IMAGE = "kdist-train:dev-cpu"
 KDIST_TIMEOUT = 240  # no single kdist call in these tests may take longer
@@ -95,13 +97,34 @@ def job_spec(
     }
 
 
+def check_fits_beside_others(request: pytest.FixtureRequest, spec: dict[str, Any]) -> None:
+    """`make e2e` runs several tests at once (E2E_WORKERS): a job that asks for more than
+    its share of the cluster's CPU could leave two gangs half-scheduled, each waiting for
+    the other. Such a test must be marked `exclusive` (run alone); this says so at once."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers < 2 or request.node.get_closest_marker("exclusive"):
+        return
+    body = spec["spec"]
+    if (body.get("scheduling") or {}).get("queue"):
+        return  # Kueue starts its pods only within ClusterQueue kdist-e2e's 1 CPU
+    asked = parse_quantity(str(body["resources"].get("cpu", "1"))) * body["nodes"]
+    nodes = request.getfixturevalue("kube").core.list_node(_request_timeout=30).items
+    share = sum(parse_quantity(n.status.allocatable["cpu"]) for n in nodes) / workers
+    if asked > share:
+        pytest.fail(f"job {spec['metadata']['name']} asks {asked:g} CPU, more than a test's "
+                    f"share ({share:g}) while {workers} run at once: mark the test "
+                    "@pytest.mark.exclusive", pytrace=False)
+
+
 @pytest.fixture(name="job_file")
-def job_file_fixture(tmp_path: Path) -> Callable[..., Path]:
+def job_file_fixture(tmp_path: Path, request: pytest.FixtureRequest) -> Callable[..., Path]:
     """Write a job.yaml (see job_spec) and return its path."""
 
     def write(name: str, **kwargs: Any) -> Path:
+        spec = job_spec(name, **kwargs)
+        check_fits_beside_others(request, spec)
         path = tmp_path / f"{name}.yaml"
-        path.write_text(yaml.safe_dump(job_spec(name, **kwargs), sort_keys=False))
+        path.write_text(yaml.safe_dump(spec, sort_keys=False))
         return path
 
     return write

@@ -32,7 +32,8 @@ import pytest
 from .conftest_cli import REPO, job_file_fixture, kdist_fixture, kdist_popen_fixture  # noqa: F401
 from .test_restarts import report, running_pod, shared_volume  # noqa: F401
 
-pytestmark = pytest.mark.timeout(900)
+# Two 1-CPU pods per job: the whole single node, so no other test runs beside them.
+pytestmark = [pytest.mark.timeout(900), pytest.mark.exclusive]
 BACKENDS = ["indexed-job", "pytorchjob"]
 PROGRAMS = REPO / "tests" / "compat" / "programs"
 MOUNT = "/checkpoints"

@@ -178,6 +178,7 @@ def test_queued_job_is_rendered_suspended(backend, job_file):
     assert suspended(job, backend), json.dumps(job["spec"], indent=1)[:2000]
 
 
+@pytest.mark.exclusive  # it fills ClusterQueue kdist-e2e's quota, which every test shares
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_second_job_waits_for_quota_then_runs(backend, kube, namespace, team_a, kdist,
                                               job_file):

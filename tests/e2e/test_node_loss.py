@@ -62,6 +62,8 @@ from .test_restarts import (
 )
 from .test_training import create, rank_records, wait_job
 
+pytestmark = pytest.mark.exclusive  # a lost node takes other tests' pods with it
+
 OUT_OF_SERVICE = "node.kubernetes.io/out-of-service"
 CONTROL_PLANE = "node-role.kubernetes.io/control-plane"
 HOSTNAME = "kubernetes.io/hostname"

@@ -288,6 +288,7 @@ def half_a_node_and_more(kube: Kube) -> str:
     return f"{millicores * 6 // 10}m"
 
 
+@pytest.mark.exclusive  # its pod asks for more than half the node, on purpose
 def test_a_rank_whose_peer_never_arrives_fails_with_a_rendezvous_timeout(
         kube, namespace, kdist, job_file):
     """Two pods that cannot both fit on the node: the one that runs gives up after

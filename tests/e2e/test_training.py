@@ -116,6 +116,7 @@ def test_pipeline_two_stages_across_pods(kube: Kube, namespace: str):
     assert all(recs[-1]["event"] == "done" for recs in records.values())
 
 
+@pytest.mark.exclusive  # the examples ask 1 CPU per pod: the whole node for their two pods
 @pytest.mark.parametrize(("manifest", "backend"),
                          [("ddp-cpu.yaml", "indexed-job"), ("pytorchjob.yaml", "pytorchjob")])
 def test_kubectl_apply_of_committed_manifests(kube: Kube, namespace: str, manifest, backend):

@@ -16,6 +16,7 @@ from .conftest_cli import job_file_fixture, kdist_fixture, kdist_popen_fixture  
 from .test_cli_cluster import _wait_for_line
 
 REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.exclusive  # every other test's watches would see the restart too
 
 
 def _apiserver_pid_file() -> Path:
