@@ -72,7 +72,8 @@ image: install ## Build the CPU training image and load it into the cluster as k
 
 # The suite mostly waits on the cluster (~64% idle CPU run one test at a time):
 # E2E_WORKERS tests run at once, each in its own namespace; the `exclusive`
-# ones (an API server restart, a lost node) run alone afterwards.
+# ones (an API server restart, a lost node, pods that fill the node, the shared
+# ClusterQueue's whole quota) run alone afterwards.
 E2E_WORKERS ?= 2
 E2E_PYTEST = KUBECONFIG=$(KUBECONFIG_E2E) $(PYTHON) -m pytest tests/e2e -q -p no:cacheprovider
 

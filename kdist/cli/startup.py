@@ -2,14 +2,15 @@
 
 pydantic looks for plugins the first time it builds a model: it imports
 ``importlib.metadata`` (and ``email`` under it) and reads the entry points of
-every installed distribution, ~15% of a cold `kdist render` on this machine
-(bench/README.md, "CLI") and more where more packages are installed. The spec
-models are kdist's own and want no plugin, so the command line gives pydantic
-a plugin loader that finds none, as ``PYDANTIC_DISABLE_PLUGINS=__all__`` does,
-without the scan's imports. Only where the command line is imported (``kdist``,
-``python -m kdist``): the Python API (``import kdist``) leaves pydantic alone,
-and no child process inherits it. tests/unit/test_cli_startup.py fails if a
-pydantic upgrade asks its loader for more than ``get_plugins``.
+every installed distribution. With the template cache, that was a tenth of a
+cold `kdist render`'s CPU here (bench/README.md, "CLI"), more where more
+packages are installed. The spec models are kdist's own and want no plugin,
+so the command line gives pydantic a plugin loader that finds none, as
+``PYDANTIC_DISABLE_PLUGINS=__all__`` does, without the scan's imports. Only
+where the command line is imported (``kdist``, ``python -m kdist``): the
+Python API (``import kdist``) leaves pydantic alone, and no child process
+inherits it. tests/unit/test_cli_startup.py fails if a pydantic upgrade asks
+its loader for more than ``get_plugins``.
 """
 
 from __future__ import annotations
