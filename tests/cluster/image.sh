@@ -167,8 +167,14 @@ build_and_load() {
     log "containerd already has this very image; relabelling only"
   else
     log "importing into the cluster's containerd"
-    docker_ save "$IMAGE" | ctr_ images import - >/dev/null ||
-      die "importing $IMAGE into containerd failed"
+    # Seen once on a fresh cluster: the layers landed but unpacking them failed
+    # ("parent snapshot ... does not exist"), leaving the kubelet to unpack at
+    # the first pod's start. A second import unpacks again.
+    if ! docker_ save "$IMAGE" | ctr_ images import - >/dev/null; then
+      log "importing failed; once more"
+      docker_ save "$IMAGE" | ctr_ images import - >/dev/null ||
+        die "importing $IMAGE into containerd failed"
+    fi
     log "imported in $((SECONDS - t0))s"
   fi
   ctr_ images label "$IMAGE_REF" "$HASH_LABEL=$hash" >/dev/null
