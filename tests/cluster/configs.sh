@@ -71,6 +71,12 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 TOML
 }
 
+# K8S_FEATURE_GATES (versions.env) as a YAML map, one gate a line.
+feature_gates_yaml() {  # feature_gates_yaml INDENT
+  local gate
+  for gate in ${K8S_FEATURE_GATES//,/ }; do printf '%s%s: %s\n' "$1" "${gate%%=*}" "${gate#*=}"; done
+}
+
 write_kubelet_config() {
   put "$ETC/kubelet.yaml" <<YAML
 apiVersion: kubelet.config.k8s.io/v1beta1
@@ -115,6 +121,8 @@ registerNode: true
 protectKernelDefaults: false
 containerLogMaxSize: 20Mi
 shutdownGracePeriod: 0s
+featureGates:
+$(feature_gates_yaml "  ")
 YAML
 }
 

@@ -115,6 +115,7 @@ start_apiserver() {
     --service-cluster-ip-range="$SVC_NET" \
     --authorization-mode=Node,RBAC \
     --enable-admission-plugins=NodeRestriction \
+    --feature-gates="$K8S_FEATURE_GATES" --runtime-config="$K8S_RUNTIME_CONFIG" \
     --profiling=false --v=1
   wait_for "kube-apiserver /readyz" 120 kube-apiserver curl_admin "$API_URL/readyz"
 }
@@ -129,14 +130,14 @@ start_controllers() {
       --service-account-private-key-file="$PKI/sa.key" --root-ca-file="$PKI/ca.crt" \
       --cluster-signing-cert-file="$PKI/ca.crt" --cluster-signing-key-file="$PKI/ca.key" \
       --use-service-account-credentials=true \
-      --service-cluster-ip-range="$SVC_NET" --v=1
+      --service-cluster-ip-range="$SVC_NET" --feature-gates="$K8S_FEATURE_GATES" --v=1
   fi
   if ! daemon_alive kube-scheduler; then
     log "starting kube-scheduler"
     local kc=$ETC/kube-scheduler.kubeconfig
     start_daemon kube-scheduler "$K8S_BIN/kube-scheduler" \
       --kubeconfig="$kc" --authentication-kubeconfig="$kc" --authorization-kubeconfig="$kc" \
-      --bind-address=127.0.0.1 --leader-elect=false --v=1
+      --bind-address=127.0.0.1 --leader-elect=false --feature-gates="$K8S_FEATURE_GATES" --v=1
   fi
   wait_for "kube-controller-manager /healthz" 60 kube-controller-manager \
     curl -skf --max-time 2 https://127.0.0.1:10257/healthz
@@ -281,6 +282,7 @@ main() {
   start_operator
   start_kueue
   write_kubeconfig "$ADMIN_KUBECONFIG" admin
+  log "Kubernetes $K8S_VERSION, feature gates on: $K8S_FEATURE_GATES; runtime-config: $K8S_RUNTIME_CONFIG"
   log "cluster ready in $((SECONDS - START))s: KUBECONFIG=$ADMIN_KUBECONFIG"
 }
 

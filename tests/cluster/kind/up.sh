@@ -363,6 +363,10 @@ kind_config() {
   cat <<YAML
 kind: Cluster
 apiVersion: kind.x-k8s.io/v1alpha4
+featureGates:              # K8S_FEATURE_GATES (../versions.env): every component, both nodes
+$(feature_gates_yaml "  ")
+runtimeConfig:
+  "${K8S_RUNTIME_CONFIG%%=*}": "${K8S_RUNTIME_CONFIG#*=}"
 networking:
   disableDefaultCNI: true      # kindnetd cannot be built offline: kdist-node-net does its job
   kubeProxyMode: nftables      # its image carries nft only (no iptables)
@@ -642,6 +646,7 @@ main() {
   configure_dns
   install_operator
   load_train_image
+  log "Kubernetes $K8S_VERSION on 2 nodes, feature gates on: $K8S_FEATURE_GATES; runtime-config: $K8S_RUNTIME_CONFIG"
   log "kind cluster ready in $((SECONDS - START))s: KUBECONFIG=$KIND_KUBECONFIG"
 }
 
