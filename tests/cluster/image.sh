@@ -162,6 +162,7 @@ build_and_load() {
     { tail -30 "$LOGS/image-build.log"; die "docker build failed"; }
   local size; size=$(docker_ image inspect -f '{{.Size}}' "$IMAGE")
   log "built in $((SECONDS - t0))s; image size $((size / 1024 / 1024)) MiB"
+  [[ $DOCKER_ONLY == 1 ]] && { rm -rf "$ctx" "$BUILD/kdist-wheel" "$BUILD/src"; return 0; }
   t0=$SECONDS
   if [[ $(docker_ image inspect -f '{{.Id}}' "$IMAGE") == "$(image_id)" ]]; then
     log "containerd already has this very image; relabelling only"
@@ -185,12 +186,43 @@ build_and_load() {
   rm -rf "$ctx" "$BUILD/kdist-wheel" "$BUILD/src"
 }
 
+# --unload: drop the image from the single-node cluster's containerd (its
+# unpacked GBs), e.g. before a kind cluster loads its own copies from Docker.
+unload() {
+  daemon_alive containerd || return 0
+  ctr_ images rm --sync "$IMAGE_REF" >/dev/null 2>&1 || true
+  prune_stale_ids
+  log "$IMAGE unloaded from the single-node cluster's containerd"
+}
+
+# The hash label of the image in Docker (the source kind loads from).
+docker_hash() {
+  docker_ image inspect -f "{{index .Config.Labels \"$HASH_LABEL\"}}" "$IMAGE" 2>/dev/null || true
+}
+
+DOCKER_ONLY=0
 main() {
   require_root
+  case ${1:-} in
+    --unload) unload; return ;;
+    --docker-only) DOCKER_ONLY=1 ;;   # build into Docker only: no single-node cluster needed
+    "") ;;
+    *) die "usage: image.sh [--docker-only | --unload]" ;;
+  esac
   take_lock
-  daemon_alive containerd || die "the test cluster is not up: run tests/cluster/up.sh first"
+  [[ $DOCKER_ONLY == 1 ]] || daemon_alive containerd || die "the test cluster is not up: run tests/cluster/up.sh first"
   [[ -f $DOCKERFILE ]] || die "$DOCKERFILE not found"
   local hash; hash=$(content_hash)
+  if [[ $DOCKER_ONLY == 1 ]]; then
+    mkdir -p "$BUILD" "$LOGS"
+    start_dockerd
+    [[ $(docker_hash) == "$hash" ]] && { log "$IMAGE in Docker is up to date ($HASH_LABEL=$hash)"; return 0; }
+    ensure_packages docker.io debootstrap
+    ensure_base
+    build_and_load "$hash"
+    log "$IMAGE built into Docker ($HASH_LABEL=$hash) in $((SECONDS - START))s"
+    return 0
+  fi
   if [[ $(loaded_hash) == "$hash" ]]; then
     log "$IMAGE is up to date ($HASH_LABEL=$hash)"
     return 0
