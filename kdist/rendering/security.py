@@ -1,7 +1,7 @@
 """Which Pod Security Standards level a rendered job needs, and why, for one Kubernetes version.
 
 The rules are PodSecurity admission's own (k8s.io/pod-security-admission,
-``policy/check_*.go``) as a cluster of that version applies them with
+``policy/check_*.go``, read at v0.37.2) as a cluster of that version applies them with
 ``enforce-version: latest`` (what kdist's namespace manifest sets); by default
 Kubernetes v1.37, the version kdist targets. Every field a rendered pod (typed
 settings or an overlay) can carry is covered:
