@@ -125,7 +125,8 @@ def check_pod_template(template: dict[str, Any], overlaid: bool) -> None:
 
 
 def _check_contract(before: dict[str, Any], after: dict[str, Any]) -> None:
-    """kdist's container still comes first with its command, image and env contract.
+    """kdist's container still comes first with its command, image and env contract
+    (no launcher-owned name set or reachable through envFrom).
 
     The overlay's load-time rules make this hold; a failure here is a kdist bug.
     """
@@ -141,6 +142,18 @@ def _check_contract(before: dict[str, Any], after: dict[str, Any]) -> None:
     for var in old["env"]:
         if var["name"].startswith(E.PREFIX) and new_env.get(var["name"]) != var:
             raise RenderError(f"{FIELD}: the merged pod changed {var['name']}")
+    old_env = {e["name"]: e for e in old["env"]}
+    for name, var in new_env.items():
+        owned = isinstance(name, str) and (name in E.LAUNCHER_OWNED
+                                           or name.startswith(E.LAUNCHER_OWNED_PREFIXES))
+        if owned and old_env.get(name) != var:
+            raise RenderError(f"{FIELD}: the merged pod sets {name}, which the launcher owns")
+    for source in new.get("envFrom") or []:
+        prefix = source.get("prefix") if isinstance(source, dict) else None
+        if not isinstance(source, dict) or not ({"configMapRef", "secretRef"} & set(source)) \
+                or (prefix and E.reserved_by_prefix(prefix)):
+            raise RenderError(f"{FIELD}: the merged pod's envFrom {source!r} can set names "
+                              "the launcher owns")
     for key in ("restartPolicy", "subdomain"):
         if after["spec"].get(key) != before["spec"].get(key):
             raise RenderError(f"{FIELD}: the merged pod changed {key}")

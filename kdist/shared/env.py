@@ -62,3 +62,19 @@ LAUNCHER_OWNED = frozenset({
     "MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "JOB_COMPLETION_INDEX",
 })
 LAUNCHER_OWNED_PREFIXES = (PREFIX, "PET_", "TORCHELASTIC_")
+
+
+def reserved_by_prefix(prefix: str) -> str | None:
+    """A reserved name (or ``PREFIX*``) that some variable named ``prefix + KEY`` could be;
+    None when none could.
+
+    An envFrom source's keys are not known when a job is rendered: any non-empty run of
+    ``[-._a-zA-Z0-9]`` (what a ConfigMap or Secret key may be). So a prefix is safe only
+    when no reserved name starts with it and it starts no reserved prefix in either
+    direction: ``KDIST`` reaches ``KDIST_X``, ``R`` reaches ``RANK``, ``PET_X`` is one.
+    """
+    for owned in LAUNCHER_OWNED_PREFIXES:
+        if prefix.startswith(owned) or owned.startswith(prefix):
+            return owned + "*"
+    return next((n for n in sorted(LAUNCHER_OWNED) if n.startswith(prefix) and n != prefix),
+                None)

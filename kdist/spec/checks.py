@@ -143,9 +143,10 @@ def env_name(name: str) -> str:
 def env_prefix(prefix: str) -> str:
     if not ENV_NAME.fullmatch(prefix):
         raise ValueError(f"prefix {prefix!r} is not a valid environment variable prefix")
-    if prefix.startswith(E.LAUNCHER_OWNED_PREFIXES) or prefix in E.LAUNCHER_OWNED:
-        raise ValueError(f"prefix {prefix!r} would make variables in kdist's reserved names "
-                         f"({', '.join(E.LAUNCHER_OWNED_PREFIXES)}...)")
+    reserved = E.reserved_by_prefix(prefix)
+    if reserved is not None:
+        raise ValueError(f"prefix {prefix!r} can make {reserved}, which kdist's launcher owns: "
+                         "use a prefix that no reserved name starts with (e.g. APP_)")
     return prefix
 
 

@@ -4,8 +4,9 @@ overlay itself when the spec is loaded (so ``kdist validate`` names the field).
 The overlay is a strategic-merge-style patch on the rendered pod template
 (``kdist.rendering.overlay`` applies it). It may add or change anything kdist
 has no field for, but not what kdist's launcher relies on: the ``pytorch``
-container's name, command, args and image, the environment contract, the
-pod's restartPolicy and subdomain, and kdist's labels.
+container's name, command, args and image, the environment contract (its env
+and envFrom keep spec.env's and spec.envFrom's rules), the pod's restartPolicy
+and subdomain, and kdist's labels.
 """
 
 from __future__ import annotations
@@ -212,12 +213,75 @@ def _container(item: dict[str, Any], path: str, main: bool, problems: list[str])
     for key in ("env", "volumeMounts", "ports", "volumeDevices"):
         if key in item:
             _named_list(item[key], f"{path}.{key}", MERGE_KEYS[key], problems)
-    env = item.get("env")
-    if ours and isinstance(env, list):
-        for i, var in enumerate(env):
-            name = var.get("name") if isinstance(var, dict) else None
-            if isinstance(name, str):
-                try:
-                    C.env_name(name)
-                except ValueError as e:
-                    problems.append(f"{path}.env[{i}]: {e} (the env contract)")
+    if ours:
+        _contract_env(item, path, problems)
+
+
+def _contract_env(item: dict[str, Any], path: str, problems: list[str]) -> None:
+    """The pytorch container's env and envFrom: held to spec.env's and spec.envFrom's rules."""
+    env = item.get("env", [])
+    if env is None:
+        problems.append(f"{path}.env: cannot be removed (the env contract)")
+    for i, var in enumerate(env if isinstance(env, list) else []):
+        if isinstance(var, dict) and var.get("name") is not None:  # else _named_list says so
+            try:
+                _contract_var(var)
+            except ValueError as e:
+                problems.append(f"{path}.env[{i}]: {e} (the env contract)")
+    sources = item.get("envFrom")
+    if sources is not None and not isinstance(sources, list):
+        problems.append(f"{path}.envFrom: must be a list")
+    for i, source in enumerate(sources if isinstance(sources, list) else []):
+        if not (isinstance(source, dict) and source.get(PATCH) == "delete"):
+            problems += [f"{path}.envFrom[{i}]{p} (the env contract)"
+                         for p in _env_from_problems(source)]
+
+
+def _contract_var(var: dict[str, Any]) -> None:
+    """spec.env's rules for one overlay env item (a deleted one: its name only)."""
+    name = var["name"]
+    if not isinstance(name, str):
+        raise ValueError(f"name {name!r} must be a string")
+    C.env_name(name)
+    value = var.get("value")
+    if value is not None and var.get(PATCH) != "delete":
+        if not isinstance(value, str):
+            raise ValueError(f"{name}: value must be a string (quote it)")
+        C.nccl_env({name: C.no_nul(value)})
+
+
+_ENV_FROM_FIELDS = ("configMapRef", "secretRef", "prefix")
+
+
+def _env_from_problems(source: Any) -> list[str]:
+    """spec.envFrom's rules for one overlay envFrom item: a ConfigMap or a Secret, by a
+    valid name, and a prefix that cannot make a name kdist's launcher owns."""
+    if not isinstance(source, dict):
+        return [": must be a mapping with configMapRef or secretRef"]
+    out = [f".{k}: unknown field (an envFrom item has {', '.join(_ENV_FROM_FIELDS)})"
+           for k in source if k not in _ENV_FROM_FIELDS]
+    refs = [k for k in ("configMapRef", "secretRef") if source.get(k) is not None]
+    if len(refs) != 1:
+        out.append(": give exactly one of secretRef or configMapRef")
+    for key in refs:
+        ref = source[key]
+        if not isinstance(ref, dict) or not isinstance(ref.get("name"), str):
+            out.append(f".{key}: needs a name")
+            continue
+        out += [f".{key}.{k}: unknown field (a reference has name and optional)"
+                for k in ref if k not in ("name", "optional")]
+        if not isinstance(ref.get("optional", False), bool):
+            out.append(f".{key}.optional: must be true or false")
+        try:
+            C.subdomain(ref["name"], "name")
+        except ValueError as e:
+            out.append(f".{key}: {e}")
+    prefix = source.get("prefix")
+    if prefix is not None:
+        try:
+            if not isinstance(prefix, str):
+                raise ValueError(f"{prefix!r} must be a string")
+            C.env_prefix(prefix)
+        except ValueError as e:
+            out.append(f".prefix: {e}")
+    return out

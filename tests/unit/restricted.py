@@ -1,4 +1,4 @@
-"""Pod Security Standards "restricted" (latest), checked on a pod spec.
+"""Pod Security Standards "restricted" (latest, v1.37), checked on a pod spec.
 
 The same rules the API server's PodSecurity admission applies; the e2e suite
 proves it against a real restricted namespace, this keeps unit tests honest.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-ALLOWED_VOLUMES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral",
+ALLOWED_VOLUMES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "image",
                    "persistentVolumeClaim", "projected", "secret"}
 
 
@@ -26,24 +26,26 @@ def violations(pod_spec: dict[str, Any]) -> list[str]:
         if not kinds <= ALLOWED_VOLUMES:
             out.append(f"volume {v['name']} uses {sorted(kinds - ALLOWED_VOLUMES)}")
     containers = [*(pod_spec.get("initContainers") or []), *pod_spec["containers"]]
+    linux = (pod_spec.get("os") or {}).get("name") != "windows"
     for c in containers:
         sc = c.get("securityContext") or {}
         name = c["name"]
         if sc.get("privileged"):
             out.append(f"{name}: privileged")
-        if sc.get("allowPrivilegeEscalation") is not False:
+        # Windows pods are exempt from escalation, capabilities and seccomp.
+        if linux and sc.get("allowPrivilegeEscalation") is not False:
             out.append(f"{name}: allowPrivilegeEscalation must be false")
         caps = sc.get("capabilities") or {}
-        if "ALL" not in (caps.get("drop") or []):
+        if linux and "ALL" not in (caps.get("drop") or []):
             out.append(f"{name}: capabilities.drop must include ALL")
-        if set(caps.get("add") or []) - {"NET_BIND_SERVICE"}:
+        if linux and set(caps.get("add") or []) - {"NET_BIND_SERVICE"}:
             out.append(f"{name}: adds capabilities {caps['add']}")
         if sc.get("runAsNonRoot", psc.get("runAsNonRoot")) is not True:
             out.append(f"{name}: runAsNonRoot must be true")
         if sc.get("runAsUser", psc.get("runAsUser")) == 0:
             out.append(f"{name}: runAsUser 0")
         seccomp = (sc.get("seccompProfile") or psc.get("seccompProfile") or {}).get("type")
-        if seccomp not in ("RuntimeDefault", "Localhost"):
+        if linux and seccomp not in ("RuntimeDefault", "Localhost"):
             out.append(f"{name}: seccompProfile must be RuntimeDefault or Localhost")
         for p in c.get("ports") or []:
             if p.get("hostPort"):

@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from kdist.cli import main
 from kdist.rendering import render, with_backend
-from kdist.rendering.security import BASELINE, PRIVILEGED, RESTRICTED, assess
+from kdist.rendering.security import BASELINE, PRIVILEGED, RESTRICTED, TARGET, assess
 from kdist.spec import load_job, validate_job
 from tests.unit import golden, restricted
 from tests.unit.helpers import spec_with, write_spec
@@ -41,8 +41,10 @@ def test_rdma_example_says_why():
         "container pytorch hostPort 29500 (hostNetwork makes every containerPort one)",
     )
     line = found.line()
-    assert line.startswith("pod security: privileged (hostNetwork (host namespaces); ")
-    assert "pod-security.kubernetes.io/enforce: privileged" in line
+    assert line.startswith("pod security: privileged, because baseline (Pod Security v1.37) "
+                           "refuses: hostNetwork (host namespaces); ")
+    assert line.endswith(". The namespace must allow privileged pods "
+                         "(pod-security.kubernetes.io/enforce: privileged)")
 
 
 BASE_OBJECTS = render(validate_job(spec_with()))
@@ -122,7 +124,20 @@ CASES = [
         appArmorProfile={"type": "Localhost", "localhostProfile": "k"},
         seLinuxOptions={"type": "container_t"}), RESTRICTED, None),
     ("user-namespace", lambda p, m, c: (p.update(hostUsers=False), sc(c).update(runAsUser=0),
-                                        sc(c).update(procMount="Unmasked")), RESTRICTED, None),
+                                        sc(c).pop("runAsNonRoot"),
+                                        p["securityContext"].pop("runAsNonRoot")),
+     RESTRICTED, None),
+    # v1.35+: baseline lets a user-namespace pod unmask /proc, restricted does not
+    ("user-namespace-procMount", lambda p, m, c: (p.update(hostUsers=False),
+                                                  sc(c).update(procMount="Unmasked")),
+     BASELINE, "container pytorch procMount Unmasked (restricted refuses it even with hostUsers"),
+    ("image-volume", lambda p, m, c: p["volumes"].append(
+        {"name": "i", "image": {"reference": "r"}}), RESTRICTED, None),
+    ("windows-pod", lambda p, m, c: (p.update(os={"name": "windows"}),
+                                     sc(c).update(allowPrivilegeEscalation=True, capabilities={}),
+                                     sc(c).pop("seccompProfile"),
+                                     p["securityContext"].pop("seccompProfile")),
+     RESTRICTED, None),
     ("csi-and-projected", lambda p, m, c: p["volumes"].extend([
         {"name": "c", "csi": {"driver": "d"}}, {"name": "p", "projected": {"sources": []}}]),
      RESTRICTED, None),
@@ -156,7 +171,8 @@ def test_settings_and_overlay_reach_the_report():
         "spec": {"containers": [{"name": "pytorch",
                                  "securityContext": {"runAsUser": 0}}]}}}))))
     assert (found.level, found.reasons) == (BASELINE, ("container pytorch runAsUser 0",))
-    assert found.line() == "pod security: baseline (container pytorch runAsUser 0)"
+    assert found.line() == ("pod security: baseline, because restricted (Pod Security v1.37) "
+                            "refuses: container pytorch runAsUser 0")
     assert assess(BASE_OBJECTS).line() is None
 
 
@@ -167,16 +183,98 @@ def test_cli_says_the_level_on_stderr(tmp_path):
         res = runner.invoke(main, [verb, rdma])
         assert res.exit_code == 0, res.output
         lines = [ln for ln in res.stderr.splitlines() if "pod security" in ln]
-        assert lines == [f"warning: {rdma}: pod security: privileged (hostNetwork (host "
-                         "namespaces); container pytorch adds IPC_LOCK (not in baseline's "
-                         "default set); container pytorch hostPort 29500 (hostNetwork makes "
-                         "every containerPort one)): the namespace must allow privileged pods "
+        assert lines == [f"warning: {rdma}: pod security: privileged, because baseline "
+                         "(Pod Security v1.37) refuses: hostNetwork (host namespaces); container "
+                         "pytorch adds IPC_LOCK (not in baseline's default set); container "
+                         "pytorch hostPort 29500 (hostNetwork makes every containerPort one). "
+                         "The namespace must allow privileged pods "
                          "(pod-security.kubernetes.io/enforce: privileged)"]
         assert "pod security" not in res.stdout
     chown = write_spec(tmp_path, spec_with(**{"spec.pod": {"capabilities": ["CHOWN"]}}))
     res = runner.invoke(main, ["validate", str(chown)])
     assert res.exit_code == 0
-    assert f"{chown}: pod security: baseline (container pytorch adds CHOWN" in res.stderr
+    assert (f"{chown}: pod security: baseline, because restricted (Pod Security v1.37) refuses: "
+            "container pytorch adds CHOWN") in res.stderr
     assert "warning" not in res.stderr
     plain = runner.invoke(main, ["validate", str(golden.ROOT / "examples" / "ddp-cpu.yaml")])
     assert plain.exit_code == 0 and "pod security" not in plain.stderr
+
+
+def test_the_report_targets_kubernetes_1_37():
+    assert TARGET == (1, 37)  # kdist's test cluster runs v1.37.2
+    objects = crafted(lambda p, m, c: sc(c).update(runAsUser=0))
+    assert assess(objects) == assess(objects, TARGET)
+
+
+def userns(change=None):
+    def apply(p, m, c):
+        p["hostUsers"] = False
+        if change:
+            change(p, m, c)
+    return crafted(apply)
+
+
+def root_in_userns(p, m, c):
+    sc(c).update(runAsUser=0)
+    sc(c).pop("runAsNonRoot")
+    p["securityContext"].pop("runAsNonRoot")
+
+
+# (what, pod change, {version: level}): each rule where a Kubernetes minor changed it,
+# on both sides of the change (k8s.io/pod-security-admission, policy/check_*.go).
+BY_VERSION = [
+    # hostUsers: false waives root only from v1.35; before, behind a gate that is off by default
+    ("userns-root", lambda: userns(root_in_userns),
+     {(1, 25): BASELINE, (1, 34): BASELINE, (1, 35): RESTRICTED, (1, 37): RESTRICTED}),
+    ("userns-runAsNonRoot-false", lambda: userns(lambda p, m, c: p["securityContext"].update(
+        runAsNonRoot=False)), {(1, 34): BASELINE, (1, 35): RESTRICTED}),
+    # ... and procMount: baseline waives it from v1.35, restricted never does
+    ("userns-procMount", lambda: userns(lambda p, m, c: sc(c).update(procMount="Unmasked")),
+     {(1, 34): PRIVILEGED, (1, 35): BASELINE, (1, 37): BASELINE}),
+    ("procMount-no-userns", lambda: crafted(lambda p, m, c: sc(c).update(procMount="Unmasked")),
+     {(1, 34): PRIVILEGED, (1, 37): PRIVILEGED}),
+    ("sysctl-1.37", lambda: crafted(lambda p, m, c: p["securityContext"].update(
+        sysctls=[{"name": "net.ipv4.tcp_slow_start_after_idle", "value": "0"},
+                 {"name": "net.ipv4.tcp_notsent_lowat", "value": "1"}])),
+     {(1, 36): PRIVILEGED, (1, 37): RESTRICTED}),
+    ("sysctl-1.32", lambda: crafted(lambda p, m, c: p["securityContext"].update(
+        sysctls=[{"name": "net.ipv4.tcp_rmem", "value": "4096 87380 6291456"}])),
+     {(1, 31): PRIVILEGED, (1, 32): RESTRICTED}),
+    ("sysctl-1.27", lambda: crafted(lambda p, m, c: p["securityContext"].update(
+        sysctls=[{"name": "net.ipv4.ip_local_reserved_ports", "value": "8080"}])),
+     {(1, 26): PRIVILEGED, (1, 27): RESTRICTED}),
+    ("selinux-engine", lambda: crafted(lambda p, m, c: sc(c).update(
+        seLinuxOptions={"type": "container_engine_t"})),
+     {(1, 30): PRIVILEGED, (1, 31): RESTRICTED}),
+    ("probe-host", lambda: crafted(lambda p, m, c: c.update(
+        readinessProbe={"tcpSocket": {"host": "h", "port": 80}})),
+     {(1, 33): RESTRICTED, (1, 34): PRIVILEGED}),
+    ("image-volume", lambda: crafted(lambda p, m, c: p["volumes"].append(
+        {"name": "i", "image": {"reference": "r"}})), {(1, 32): BASELINE, (1, 33): RESTRICTED}),
+]
+
+
+@pytest.mark.parametrize(("make", "levels"), [c[1:] for c in BY_VERSION],
+                         ids=[c[0] for c in BY_VERSION])
+def test_rules_by_kubernetes_version(make, levels):
+    for version, level in levels.items():
+        found = assess(make(), version)
+        assert found.level == level, (version, found)
+        name = f"Pod Security v{version[0]}.{version[1]}"
+        assert found.rules.name == name
+        if level != RESTRICTED:
+            assert f"({name}) refuses: " in found.line()
+
+
+def test_a_waiver_the_version_lacks_says_so():
+    found = assess(userns(root_in_userns), (1, 34))
+    assert "container pytorch runAsUser 0 (hostUsers: false waives it only from v1.35)" \
+        in found.reasons
+    assert found.line().startswith("pod security: baseline, because restricted "
+                                   "(Pod Security v1.34) refuses: ")
+
+
+@pytest.mark.parametrize("version", [(1, 24), (1, 38), (2, 0), (0, 37)])
+def test_a_version_without_known_rules_is_refused(version):
+    with pytest.raises(ValueError, match=r"Pod Security rules are known for v1\.25 to v1\.37"):
+        assess(BASE_OBJECTS, version)
