@@ -19,16 +19,18 @@ from kdist.shared.labels import RESERVED_LABEL_PREFIXES, is_reserved
 from kdist.spec import checks as C
 
 CONTAINER = "pytorch"
-# Fields of a v1.34 PodSpec and Container (tests/unit/test_overlay.py keeps these
+# Fields of a v1.37 PodSpec and Container (tests/unit/test_overlay.py keeps these
 # equal to the Kubernetes schema): a misspelt key fails here with its path, not
 # as a silently pruned field on the server.
 POD_SPEC_FIELDS = frozenset({
     "activeDeadlineSeconds", "affinity", "automountServiceAccountToken", "containers",
-    "dnsConfig", "dnsPolicy", "enableServiceLinks", "ephemeralContainers", "hostAliases",
+    "dnsConfig", "dnsPolicy", "enableServiceLinks", "ephemeralContainers", "evictionResponders",
+    "hostAliases",
     "hostIPC", "hostNetwork", "hostPID", "hostUsers", "hostname", "hostnameOverride",
     "imagePullSecrets", "initContainers", "nodeName", "nodeSelector", "os", "overhead",
     "preemptionPolicy", "priority", "priorityClassName", "readinessGates", "resourceClaims",
     "resources", "restartPolicy", "runtimeClassName", "schedulerName", "schedulingGates",
+    "schedulingGroup",
     "securityContext", "serviceAccount", "serviceAccountName", "setHostnameAsFQDN",
     "shareProcessNamespace", "subdomain", "terminationGracePeriodSeconds", "tolerations",
     "topologySpreadConstraints", "volumes",

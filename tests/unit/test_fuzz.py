@@ -53,7 +53,7 @@ def outcome(text: bytes) -> str:
         if obj["kind"] == "PyTorchJob":
             assert crd.errors(obj) == []
         else:
-            kubernetes_validate.validate(obj, "1.34", strict=True)
+            kubernetes_validate.validate(obj, "1.37", strict=True)
     return "ok"
 
 

@@ -23,6 +23,6 @@ def test_stale_check_catches_edits(tmp_path):
 
 def test_addons_pass_schemas():
     for obj in [addons.namespace(), *addons.rbac()]:
-        kubernetes_validate.validate(obj, "1.34", strict=True)
+        kubernetes_validate.validate(obj, "1.37", strict=True)
     ns = addons.namespace()["metadata"]["labels"]
     assert ns["pod-security.kubernetes.io/enforce"] == "restricted"

@@ -18,7 +18,7 @@ from kdist.spec.overlay import CONTAINER_FIELDS, POD_SPEC_FIELDS
 from tests.unit import crd, restricted
 from tests.unit.helpers import spec_with
 
-K8S_VERSION = "1.34"
+K8S_VERSION = "1.37"
 BACKENDS = ("indexed-job", "pytorchjob")
 
 FULL = {
@@ -434,6 +434,6 @@ def test_overlay_from_yaml_renders_and_refuses_misread_numbers():
 
 def test_overlay_field_lists_match_the_kubernetes_schema():
     root = Path(kubernetes_validate.__file__).parent / "kubernetes-json-schema"
-    defs = json.loads((root / "v1.34.0-local-strict" / "_definitions.json").read_text())["$defs"]
+    defs = json.loads((root / "v1.37.0-local-strict" / "_definitions.json").read_text())["$defs"]
     assert set(defs["io.k8s.api.core.v1.PodSpec"]["properties"]) == POD_SPEC_FIELDS
     assert set(defs["io.k8s.api.core.v1.Container"]["properties"]) == CONTAINER_FIELDS

@@ -17,7 +17,7 @@ from tests.unit.helpers import spec_with
 
 CASES = golden.cases()
 IDS = [g.name for _, _, g in CASES]
-K8S_VERSION = "1.34"
+K8S_VERSION = "1.37"
 
 
 @pytest.mark.parametrize(("spec", "backend", "golden_file"), CASES, ids=IDS)

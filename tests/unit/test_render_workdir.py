@@ -30,7 +30,7 @@ from tests.unit import crd, restricted
 from tests.unit.golden import ROOT
 from tests.unit.helpers import spec_with, write_spec
 
-K8S_VERSION = "1.34"
+K8S_VERSION = "1.37"
 BACKENDS = ("indexed-job", "pytorchjob")
 TRAINING_KINDS = {"indexed-job": ["Job", "Service"], "pytorchjob": ["PyTorchJob"]}
 
