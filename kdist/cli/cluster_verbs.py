@@ -100,8 +100,8 @@ def _submit_one(opts: ClusterOptions, file: str, wait: bool, follow: bool, dry_r
                 replace: bool, backend: str | None, timeout: float | None,
                 workdir: str | None) -> None:
     from kdist import api
+    from kdist.api import to_yaml
     from kdist.cli.main import load, pack_code
-    from kdist.rendering import to_yaml
 
     if follow and not wait:
         raise UsageError("--follow needs --wait")
@@ -158,8 +158,8 @@ def _submit_many(opts: ClusterOptions, files: tuple[str, ...], wait: bool, follo
                  dry_run: str | None, replace: bool, backend: str | None,
                  timeout: float | None, workdir: str | None) -> None:
     from kdist import api
+    from kdist.api import to_yaml
     from kdist.cli.main import load, pack_code, say_pod_security
-    from kdist.rendering import to_yaml
 
     if follow:
         raise UsageError("--follow follows one job; with several, use `kdist logs -f NAME`")
@@ -263,7 +263,7 @@ def logs(opts: ClusterOptions, name: str, rank: int | None, follow: bool,
             api.wait(name, logs=True, tail=tail, rank=rank, observer=LogDisplay(),
                      **_opts(opts))
         return
-    for entry in api.logs(name, rank=rank, tail=tail, **_opts(opts)):
+    for entry in api.rank_logs(name, rank=rank, tail=tail, **_opts(opts)):
         if entry.note:
             click.echo(f"[rank {entry.rank}] ({entry.note})", err=True)
         for line in entry.lines:

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
-from kdist.kube.objects import parse_time
-from kdist.kube.tracker import JobState, RankState
+from kdist.api.types import parse_time
+
+if TYPE_CHECKING:
+    from kdist.api.types import JobState, RankState
 
 SPARK = "▁▂▃▄▅▆▇█"
 STEP_EVERY = 5.0  # seconds between plain progress lines that only report a new step
