@@ -25,7 +25,7 @@ from kdist.kube.config import ClusterOptions
 from kdist.shared.errors import UsageError
 
 if TYPE_CHECKING:
-    from kdist.api.metrics import Step
+    from kdist.api.steps import Step
     from kdist.kube.tracker import JobState
     from kdist.rendering.workdir import Packed
     from kdist.spec.model import TrainingJob
@@ -175,7 +175,7 @@ class Client:
     def metrics(self, name: str) -> dict[int, list[Step]]:
         """Job `name`'s step series per node rank, from its JSON step lines (every pod and
         container instance of the rank, in order: `Step.restart` counts them)."""
-        from kdist.api.metrics import read_metrics
+        from kdist.api.steps import read_metrics
 
         checks.name(name)
         return read_metrics(self._conn, name)
@@ -242,9 +242,9 @@ class Client:
         `kdist run --local` does (every node a process group). `logs`: print the ranks'
         lines as `[rank N] ...`. `resources`, `spec`: spec fields (default 1 CPU, 2Gi
         per pod, gloo). An exception on a rank raises JobFailed naming it; `timeout`
-        raises TimedOut (the job keeps running). See `kdist.api.train`.
+        raises TimedOut (the job keeps running). See `kdist.api.calls`.
         """
-        from kdist.api.train import TrainCall, train
+        from kdist.api.calls import TrainCall, train
 
         call = TrainCall.make(fn, nodes=nodes, procs_per_node=procs_per_node, args=args,
                               image=image, backend=_backend(backend) or "indexed-job",

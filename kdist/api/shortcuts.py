@@ -17,7 +17,7 @@ from kdist.api.client import Client
 from kdist.api.types import Deleted, JobSummary, Submission
 
 if TYPE_CHECKING:
-    from kdist.api.metrics import Step
+    from kdist.api.steps import Step
     from kdist.kube.tracker import JobState
 
 _default: tuple[tuple[str | None, ...], Client] | None = None

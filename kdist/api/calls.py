@@ -56,6 +56,7 @@ class TrainCall:
     job: TrainingJob
     code: Packed | None
     what: str
+    returns: bool  # a function's value comes back; a script's is None
 
     @classmethod
     def make(cls, fn: Any, *, nodes: Any, procs_per_node: Any, args: Any, image: Any,
@@ -93,7 +94,8 @@ class TrainCall:
             meta["namespace"] = namespace
         job = validate_job({"apiVersion": "kdist/v1alpha1", "kind": "TrainingJob",
                             "metadata": meta, "spec": body}, source="train()")
-        return cls(job, _pack(root) if root is not None else None, what)
+        return cls(job, _pack(root) if root is not None else None, what,
+                   returns=not isinstance(fn, (str, os.PathLike)))
 
 
 def _mapping(value: Any, what: str) -> dict[str, Any]:
@@ -279,7 +281,7 @@ def train(conn: Connection, call: TrainCall, *, local: bool, timeout: float | No
     state = follow(conn.cluster(), sub.objects[0], watcher, logs=True, timeout=timeout,
                    drain=15.0)
     if state.outcome == "Succeeded":
-        if 0 not in watcher.by_rank or watcher.by_rank[0].result() is None:
+        if call.returns and (0 not in watcher.by_rank or watcher.by_rank[0].result() is None):
             _read_back(conn, state, 0, watcher)
         return _value(watcher, 0, call)
     if not watcher.errors() and (bad := state.first_failure()) is not None:
@@ -303,6 +305,8 @@ def _read_back(conn: Connection, state: JobState, rank: int, lines: _Lines,
 
 
 def _value(lines: _Lines, rank: int, call: TrainCall) -> Any:
+    if not call.returns:
+        return None
     payload = lines.by_rank.get(rank, frames.Frames()).result()
     if payload is None:
         raise JobFailed(f"{call.what} succeeded on every rank, but rank 0's return value did "
