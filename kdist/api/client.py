@@ -180,6 +180,18 @@ class Client:
         checks.name(name)
         return read_metrics(self._conn, name)
 
+    def plot(self, name: str, file: PathLike) -> int:
+        """Draw job `name`'s loss and samples/s per rank over steps into `file` (.png or
+        .svg), restarts marked; the points drawn. Needs matplotlib (`kdist[plot]`)."""
+        from kdist.api.plot import check_plot, plot_steps
+        from kdist.api.steps import read_metrics
+
+        checks.name(name)
+        path = _path(file, "file")
+        check_plot(path, "file")
+        return plot_steps(read_metrics(self._conn, name), path, title=f"job {name}",
+                          what="file")
+
     def delete(self, name: str, *, wait: bool = True, timeout: float = 300) -> Deleted:
         """Delete job `name` (foreground: pods, Service, the job); with `wait`, until gone."""
         checks.name(name)

@@ -227,18 +227,28 @@ def _ref(obj: dict[str, Any]) -> str:
 @click.argument("name")
 @click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table",
               show_default=True, help="Output format.")
+@click.option("--plot", "plot", metavar="FILE", type=click.Path(dir_okay=False),
+              help="Also draw loss and samples/s per rank over steps, restarts marked, into "
+                   "FILE (.png or .svg; needs matplotlib: pip install 'kdist[plot]').")
 @click.pass_obj
-def status(opts: ClusterOptions, name: str, output: str) -> None:
+def status(opts: ClusterOptions, name: str, output: str, plot: str | None = None) -> None:
     """Show job NAME: its phase, and per rank pod, phase, restarts, step, loss history."""
     from kdist import api
 
-    state = api.status(_name(name), **_opts(opts))
+    if plot is not None:
+        from kdist.cli.plotting import check, draw
+
+        check(plot)  # before any request: a wrong suffix or no matplotlib sends nothing
+    client = api.client(**_opts(opts))  # one connection for the status and the plot
+    state = client.status(_name(name))
     if output == "json":
         click.echo(json.dumps(state.to_dict(), indent=2))
-        return
-    from kdist.cli.progress import print_status
+    else:
+        from kdist.cli.progress import print_status
 
-    print_status(state)
+        print_status(state)
+    if plot is not None:
+        draw(client, name, plot)
 
 
 @click.command()

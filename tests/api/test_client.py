@@ -191,3 +191,26 @@ def test_metrics_are_each_ranks_steps_across_a_restart(api, client):
     last = series[0][-1]
     assert (last.samples_per_s, last.rank) == (512.0, 0)
     assert last.time is not None and abs(last.time - 1735787045.0) < 1  # the log's stamp
+
+
+# ---- kdist status --plot -----------------------------------------------------------------
+
+
+def test_status_plot_draws_the_steps_of_every_rank(api, kdist, tmp_path):
+    pytest.importorskip("matplotlib")
+    job = api.add(objects.job("demo"))[0]
+    api.add(objects.pod(job, 0), objects.pod(job, 1))
+    for rank in (0, 1):
+        api.set_log(f"demo-{rank}-abcde", objects.step_log(rank, steps=8))
+    out = kdist("status", "demo", "--plot", str(tmp_path / "demo.svg"))
+    assert out.code == 0, out.describe()
+    assert "wrote" in out.stderr and "8 step(s) of 2 rank(s)" in out.stderr, out.describe()
+    text = (tmp_path / "demo.svg").read_text()
+    assert text.lstrip().startswith("<?xml") and "rank 1" in text
+
+
+def test_status_plot_refuses_another_format_before_any_request(api, kdist, tmp_path):
+    api.add(objects.job("demo"))
+    out = kdist("status", "demo", "--plot", str(tmp_path / "demo.pdf"))
+    assert out.code == 2 and out.requests == [], out.describe()
+    assert "must end in .png or .svg" in out.stderr, out.describe()
