@@ -184,18 +184,23 @@ def _write_new(path: Path, text: str, force: bool) -> None:
 @main.command()
 @click.argument("file", required=False, type=click.Path(dir_okay=False))
 @click.option("--local", "local", is_flag=True, help="Run on this machine as local processes.")
+@click.option("--raw", is_flag=True,
+              help="Only the prefixed lines, no live table (what a pipe or a file gets).")
 @workdir_option
-def run(file: str | None, local: bool, workdir: str | None) -> None:
+def run(file: str | None, local: bool, raw: bool, workdir: str | None) -> None:
     """Run FILE (default: the built-in starter job) as local process groups.
 
     Same container command and env contract as the pods get, master 127.0.0.1;
-    every line is prefixed with its rank. Exit code is the job's. With a workdir
-    (--workdir, spec.workdir) the nodes run in .kdist/NAME/workspace, a fresh copy
-    unpacked from the archive the pods would get.
+    every line is prefixed with its rank. On a terminal, the live per-rank table of
+    `kdist submit` stays below the lines (--raw: the lines alone, as when piped).
+    Exit code is the job's. With a workdir (--workdir, spec.workdir) the nodes run
+    in .kdist/NAME/workspace, a fresh copy unpacked from the archive the pods would get.
     """
     if not local:
         raise UsageError("kdist run needs --local (use `kdist submit FILE` for a cluster)")
     from kdist import api
+    from kdist.cli.progress import make_local_display
 
     job = load(file or str(STARTER), local=True)
-    sys.exit(api.run_local(job, code=pack_code(job, workdir)))
+    code = pack_code(job, workdir)
+    sys.exit(api.run_local(job, code=code, observer=make_local_display(raw)))

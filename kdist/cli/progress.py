@@ -212,6 +212,11 @@ def make_display(echo_logs: bool = False) -> PlainDisplay:
     return LiveDisplay(echo_logs) if _is_tty(sys.stdout) else PlainDisplay(echo_logs=echo_logs)
 
 
+def make_local_display(raw: bool) -> LiveDisplay | None:
+    """`kdist run --local`: the live table on a terminal, else none (the prefixed lines)."""
+    return None if raw or not _is_tty(sys.stdout) else LiveDisplay()
+
+
 # ---- tables ---------------------------------------------------------------------------------
 
 

@@ -66,3 +66,41 @@ def test_a_script_runs_on_every_rank(tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     for rank in (0, 1):
         assert f"[rank {rank}] hello from rank {rank} ['--x', '1']" in out, out
+
+
+@pytest.mark.timeout(180)
+def test_run_local_with_an_observer_sees_every_rank_to_the_end(tmp_path, monkeypatch):
+    """What `kdist run --local` on a terminal draws its table from (kdist.api.localview)."""
+    from kdist import api
+    from kdist.spec import validate_job
+
+    monkeypatch.chdir(tmp_path)
+    script = ("import json, os\nr = int(os.environ['RANK'])\n"
+              "for s in (1, 2, 3):\n"
+              "    print(json.dumps({'event': 'step', 'step': s, 'loss': 1 / s + r}))\n")
+    job = validate_job({"apiVersion": "kdist/v1alpha1", "kind": "TrainingJob",
+                        "metadata": {"name": "seen"},
+                        "spec": {"image": "x:1", "nodes": 2, **spec(),
+                                 "workload": {"command": ["python", "-c", script]}}})
+
+    class Seen:
+        def __init__(self) -> None:
+            self.lines: list[str] = []
+            self.state = None
+            self.stopped = False
+
+        def start(self, state): self.state = state
+        def update(self, state): self.state = state
+        def tick(self, state): pass
+        def warning(self, text): pass
+        def log(self, rank, line): pass
+        def message(self, text): self.lines.append(text)
+        def stop(self): self.stopped = True
+
+    seen = Seen()
+    assert api.run_local(job, observer=seen) == 0
+    state = seen.state
+    assert seen.stopped and state.outcome == "Succeeded"
+    assert {r: (s.step, s.loss) for r, s in state.ranks.items()} == {0: (3, 1 / 3),
+                                                                     1: (3, 1 + 1 / 3)}
+    assert sum(line.startswith("[rank ") for line in seen.lines) == 6, seen.lines
