@@ -4,8 +4,9 @@ A function travels as the file it is defined in, inside a workdir shipped as
 ``spec.workdir`` is (by default that file's directory: its sibling modules
 come along; ConfigMaps, no registry, no image rebuild), and runs through
 ``python -m kdist.runtime.call`` with the env contract. A function with no
-file (a notebook cell, a closure) travels as its source and must import what
-it uses inside itself; one from an installed package is imported by name.
+module file (a notebook cell, a closure, the running script's own) travels
+as its source and must import what it uses inside itself (the script's
+directory still travels); one from an installed package is imported by name.
 Its arguments travel as JSON. A script runs as ``python SCRIPT ARGS...``
 from its workdir (by default its directory).
 
@@ -149,7 +150,11 @@ def _function(fn: Callable[..., Any], workdir: Any,
     file = getattr(sys.modules.get(module), "__file__", None)
     root = None if workdir is None else Path(os.fspath(workdir))
     call: dict[str, Any] = {"qualname": qualname}
-    if "<locals>" in qualname or not file:
+    if "<locals>" in qualname or not file or module == "__main__":
+        # A script's own functions travel as source too: loading its file on the ranks
+        # would run the script's top level (its own train() call) again.
+        if file and root is None and module == "__main__":
+            root = Path(file).parent
         try:
             call["source"] = textwrap.dedent(inspect.getsource(fn))
         except (OSError, TypeError):
