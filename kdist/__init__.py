@@ -4,8 +4,11 @@ The Python API (docs/DESIGN.md, "Python API"; the CLI is a shell over it):
 
     job = kdist.load_job("job.yaml")    # validate; raises kdist.SpecError
     objects = kdist.render(job)         # pure: list of Kubernetes objects (dicts)
-    kdist.submit(job)                   # create, follow to the end; JobFailed if it fails
-    kdist.status(name), kdist.logs(name), kdist.wait(name), kdist.list_jobs(), kdist.delete(name)
+    client = kdist.Client(namespace="team-a")   # the target once, one connection
+    client.submit(job)                  # create, follow to the end; JobFailed if it fails
+    client.status(name), client.logs(name, follow=True), client.metrics(name), ...
+    client.train(fn, nodes=2)           # a function on every rank; rank 0's return value
+    kdist.submit(job), kdist.status(name), ...  # the same over a default client
 
 In a training script (README, "Bring your own script"): ``kdist.preemption_requested()``
 once per step, then save and ``sys.exit(kdist.PREEMPTED)``.
@@ -35,6 +38,10 @@ _LAZY = {
     "parse_job": "kdist.spec.load",
     "render": "kdist.rendering.render",
     "to_yaml": "kdist.rendering.render",
+    "Client": "kdist.api",
+    "metrics": "kdist.api",
+    "train": "kdist.api",
+    "wait_many": "kdist.api",
     "submit": "kdist.api",
     "wait": "kdist.api",
     "status": "kdist.api",
@@ -47,13 +54,24 @@ _LAZY = {
 }
 __all__ = [
     "PREEMPTED", "preemption_requested",
-    "ClusterError", "JobFailed", "JobNotFound", "KdistError", "SpecError", "TimedOut",
-    "TrainingJob", "UsageError", "delete", "list_jobs", "load_job", "logs", "parse_job",
-    "render", "status", "submit", "to_yaml", "wait",
+    "Client", "ClusterError", "JobFailed", "JobNotFound", "KdistError", "SpecError", "TimedOut",
+    "TrainingJob", "UsageError", "delete", "list_jobs", "load_job", "logs", "metrics",
+    "parse_job", "render", "status", "submit", "to_yaml", "train", "wait", "wait_many",
 ]
 
 if TYPE_CHECKING:
-    from kdist.api import delete, list_jobs, logs, status, submit, wait
+    from kdist.api import (
+        Client,
+        delete,
+        list_jobs,
+        logs,
+        metrics,
+        status,
+        submit,
+        train,
+        wait,
+        wait_many,
+    )
     from kdist.rendering.render import render, to_yaml
     from kdist.runtime.preemption import PREEMPTED, preemption_requested
     from kdist.shared.errors import (

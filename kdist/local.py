@@ -17,7 +17,7 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -39,7 +39,8 @@ STOP_GRACE_S = 60.0
 FAILED_STOP_GRACE_S = 10.0
 
 
-def run_local(job: Any, *, stdout: IO[str] | None = None, code: Any = None) -> int:
+def run_local(job: Any, *, stdout: IO[str] | None = None, code: Any = None,
+              on_attempt: Callable[[int], None] | None = None) -> int:
     """Run ``job`` as ``job.spec.nodes`` local launchers; return the job's exit code.
 
     The exit code is the most telling one a node exits with (a code error
@@ -81,7 +82,7 @@ def run_local(job: Any, *, stdout: IO[str] | None = None, code: Any = None) -> i
                 p for p in (str(workspace), env.get("PYTHONPATH")) if p)
     return run_nodes(argvs[0], envs, stdout=stdout,
                      max_restarts=job.spec.distributed.max_restarts, cwd=workspace,
-                     node_argvs=argvs)
+                     node_argvs=argvs, on_attempt=on_attempt)
 
 
 def _gpu_env(job: Any, envs: list[dict[str, str]]) -> None:
@@ -316,6 +317,7 @@ def run_nodes(
     stop_grace_s: float = STOP_GRACE_S,
     cwd: Path | None = None,
     node_argvs: Sequence[Sequence[str]] | None = None,
+    on_attempt: Callable[[int], None] | None = None,
 ) -> int:
     """Start one ``argv`` per env (node), stream their output, return the job's exit code.
 
@@ -326,12 +328,15 @@ def run_nodes(
     Ctrl-C (or SIGTERM) stops every node's process group with that signal (then
     SIGKILL after ``stop_grace_s``), is never retried, and exits 128 + the signal.
     ``node_argvs``: a command line per node, where they differ (``$(KDIST_NODE_RANK)``).
+    ``on_attempt(restart)`` hears of each attempt before its nodes start (a live table).
     """
     out = stdout if stdout is not None else sys.stdout
     argvs = list(node_argvs) if node_argvs is not None else [argv] * len(envs)
     restart = 0
     while True:
         attempt = [{**env, E.RESTART_COUNT: str(restart)} for env in envs]
+        if on_attempt is not None:
+            on_attempt(restart)
         node, code, interrupted = _run_once(argvs, attempt, out, fail_grace_s, stop_grace_s,
                                             cwd)
         if interrupted or not exitcodes.is_retryable(code) or restart >= max_restarts:

@@ -1,33 +1,58 @@
-"""kdist's Python API: what the CLI does, as functions (docs/DESIGN.md, "Python API").
+"""kdist's Python API: what the CLI does, as a client and functions (docs/DESIGN.md, "Python API").
 
     import kdist
-    job = kdist.load_job("job.yaml")
-    sub = kdist.submit(job, wait=False)             # create; returns what was sent
-    state = kdist.wait(job.metadata.name)           # follow to the end; JobFailed if it failed
-    print(kdist.status("mnist-ddp").ranks[0].loss)
-    kdist.delete("mnist-ddp")
+    client = kdist.Client(namespace="team-a")       # the target, once; one connection
+    sub = client.submit("job.yaml", wait=False)     # create; returns what was sent
+    for rank, line in client.logs(sub.name, follow=True, tail=10):
+        print(rank, line)
+    state = client.wait(sub.name)                   # follow to the end; JobFailed if it failed
+    print(client.metrics(sub.name)[0][-1].loss)
+    value = client.train(fn, nodes=2)               # a function on every rank: rank 0's result
+    client.delete(sub.name)
 
-Every function takes the cluster target as keywords (``kubeconfig=``,
-``context=``, ``namespace=``, ``request_timeout=``; the kubeconfig's defaults
-otherwise), validates names before sending anything, and raises the typed
-errors of ``kdist.shared.errors`` (``UsageError``, ``JobNotFound``,
-``ClusterError``, ``JobFailed``, ``TimedOut``). Results are plain dataclasses.
+The module-level functions (`kdist.submit`, `kdist.status`, ...) are shortcuts
+over a default client: they take the target as keywords (``kubeconfig=``,
+``context=``, ``namespace=``, ``request_timeout=``). Every argument is
+checked before any request, and the typed errors of ``kdist.shared.errors``
+(``UsageError``, ``JobNotFound``, ``ClusterError``, ``JobFailed``,
+``TimedOut``) are raised. Results are plain dataclasses.
+
+The CLI imports this package and ``kdist.shared`` only (an import-linter
+contract): everything it needs of the layers below is here.
 """
 
-from kdist.api.jobs import (
-    DELETE_TIMEOUT,
+from kdist.api.client import Client
+from kdist.api.files import (
+    Validated,
+    load_file,
+    pack_code,
+    pod_security,
+    render_objects,
+    run_local,
+    security_note,
+    to_json,
+    to_yaml,
+    validate_file,
+)
+from kdist.api.jobs import DELETE_TIMEOUT, follow, timeout_line, with_namespace
+from kdist.api.shortcuts import (
+    client,
     delete,
-    follow,
     list_jobs,
     logs,
+    metrics,
+    namespace,
+    rank_logs,
     status,
     submit,
-    timeout_line,
+    train,
     wait,
-    with_namespace,
+    wait_many,
+    watch_jobs,
 )
-from kdist.api.many import wait_many, watch_jobs
 from kdist.api.types import (
+    ClusterOptions,
+    Connection,
     Deleted,
     JobSummary,
     Observer,
@@ -36,14 +61,15 @@ from kdist.api.types import (
     Submission,
     check_name,
     connect,
-    namespace,
     reattach_hint,
     target,
 )
 
 __all__ = [
-    "DELETE_TIMEOUT", "Deleted", "JobSummary", "Observer", "Quiet", "RankLog", "Submission",
-    "check_name", "connect", "delete", "follow", "list_jobs", "logs", "namespace",
-    "reattach_hint", "status", "submit", "target", "timeout_line", "wait", "wait_many",
-    "watch_jobs", "with_namespace",
+    "DELETE_TIMEOUT", "Client", "ClusterOptions", "Connection", "Deleted", "JobSummary",
+    "Observer", "Quiet", "RankLog", "Submission", "Validated", "check_name", "client",
+    "connect", "delete", "follow", "list_jobs", "load_file", "logs", "metrics", "namespace",
+    "pack_code", "pod_security", "rank_logs", "reattach_hint", "render_objects", "run_local",
+    "security_note", "status", "submit", "target", "timeout_line", "to_json", "to_yaml",
+    "train", "validate_file", "wait", "wait_many", "watch_jobs", "with_namespace",
 ]

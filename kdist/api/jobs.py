@@ -1,4 +1,8 @@
-"""One job at a time: submit, follow, wait, status, logs, list, delete."""
+"""One job at a time: submit, follow, wait, status, logs, list, delete.
+
+Each takes the `Connection` of a `kdist.Client` (one kubeconfig read, one
+connection pool) and arguments the client has already checked.
+"""
 
 from __future__ import annotations
 
@@ -7,16 +11,14 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from kdist.api.types import (
+    Connection,
     Deleted,
     JobSummary,
     Observer,
     Quiet,
     RankLog,
     Submission,
-    check_name,
-    connect,
     reattach_hint,
-    target,
 )
 from kdist.kube.config import ClusterOptions, KubeConfig, resolve_namespace
 from kdist.shared.errors import JobFailed, TimedOut, UsageError
@@ -43,11 +45,11 @@ def with_namespace(job: TrainingJob, opts: ClusterOptions,
     return job.model_copy(update={"metadata": job.metadata.model_copy(update={"namespace": ns})})
 
 
-def submit(job: TrainingJob, *, wait: bool = True, replace: bool = False,
+def submit(conn: Connection, job: TrainingJob, *, wait: bool = True, replace: bool = False,
            dry_run: str | None = None, timeout: float | None = None, logs: bool = False,
            observer: Observer | None = None,
            on_submitted: Callable[[Submission], None] | None = None,
-           code: Packed | None = None, **options: Any) -> Submission:
+           code: Packed | None = None) -> Submission:
     """Render `job` and create it, all or nothing; with `wait`, follow it to its end.
 
     `dry_run="client"` renders only (no cluster); `"server"` asks the API
@@ -60,12 +62,10 @@ def submit(job: TrainingJob, *, wait: bool = True, replace: bool = False,
     """
     from kdist.rendering import render
 
-    if dry_run not in (None, "client", "server"):
-        raise UsageError(f"dry_run must be 'client' or 'server', not {dry_run!r}")
     if replace and dry_run == "server":
         raise UsageError("replace cannot be combined with a server dry run (it would delete)")
-    opts = target(**options)
-    kubeconfig = KubeConfig.load(opts, missing_ok=dry_run == "client")
+    opts = conn.options
+    kubeconfig = conn.kubeconfig(missing_ok=dry_run == "client")
     job = with_namespace(job, opts, kubeconfig)
     name, ns = job.metadata.name, job.metadata.namespace or "default"
     if code is None and job.spec.workdir is not None:
@@ -75,11 +75,10 @@ def submit(job: TrainingJob, *, wait: bool = True, replace: bool = False,
     objects = render(job, code)
     if dry_run == "client":
         return Submission(name, ns, objects, dry_run="client")
-    from kdist.kube.client import Cluster
     from kdist.kube.sources import wait_gone
     from kdist.shared.errors import JobNotFound
 
-    cluster = Cluster.connect(opts, kubeconfig)
+    cluster = conn.cluster()
     replaced: list[str] = []
     if replace:
         try:
@@ -147,12 +146,11 @@ def _check(state: JobState) -> None:
         raise JobFailed(state.failure_line())
 
 
-def wait(name: str, *, timeout: float | None = None, logs: bool = False,
+def wait(conn: Connection, name: str, *, timeout: float | None = None, logs: bool = False,
          tail: int | None = None, rank: int | None = None, check: bool = True,
-         observer: Observer | None = None, **options: Any) -> JobState:
+         observer: Observer | None = None) -> JobState:
     """Follow job `name` to its end. `check`: raise JobFailed when it failed."""
-    check_name(name)
-    cluster, ns = connect(target(**options))
+    cluster, ns = conn.cluster(), conn.namespace()
     job = cluster.get_job(name, ns)
     _check_rank(job, rank)
     state = follow(cluster, job, observer or Quiet(), logs=logs, tail=tail,
@@ -172,7 +170,8 @@ def _check_rank(job: dict[str, Any], rank: int | None) -> None:
                          f"{nodes - 1}")
 
 
-def _tracked(cluster: Cluster, job: dict[str, Any]) -> Any:
+def tracked(cluster: Cluster, job: dict[str, Any]) -> Any:
+    """A Tracker that has seen `job` and its pods as they are now."""
     from kdist.kube.objects import pod_selector
     from kdist.kube.tracker import Tracker
 
@@ -183,14 +182,13 @@ def _tracked(cluster: Cluster, job: dict[str, Any]) -> Any:
     return tracker
 
 
-def status(name: str, *, tail: int = 2000, **options: Any) -> JobState:
+def status(conn: Connection, name: str, *, tail: int = 2000) -> JobState:
     """Job `name` now: its phase, and per rank its pod, restarts and recent step/loss."""
     from kdist.shared.errors import KdistError
 
-    check_name(name)
-    cluster, ns = connect(target(**options))
+    cluster, ns = conn.cluster(), conn.namespace()
     job = cluster.get_job(name, ns)
-    tracker = _tracked(cluster, job)
+    tracker = tracked(cluster, job)
     for workload in cluster.workloads_of(job)[-1:]:
         tracker.queue_event(workload)
     for r in tracker.state.ranks.values():
@@ -204,35 +202,38 @@ def status(name: str, *, tail: int = 2000, **options: Any) -> JobState:
     return tracker.state
 
 
-def logs(name: str, *, rank: int | None = None, tail: int | None = None,
-         **options: Any) -> list[RankLog]:
+def rank_logs(conn: Connection, name: str, *, rank: int | None = None,
+              tail: int | None = None) -> list[RankLog]:
     """Every rank's log (or one rank's) as it is now, in rank order."""
-    check_name(name)
-    cluster, ns = connect(target(**options))
+    cluster, ns = conn.cluster(), conn.namespace()
     job = cluster.get_job(name, ns)
     _check_rank(job, rank)
-    tracker = _tracked(cluster, job)
+    tracker = tracked(cluster, job)
     state, out = tracker.state, []
     for r in sorted(state.ranks.values(), key=lambda r: r.rank):
         if rank is not None and r.rank != rank:
             continue
         if not r.pod or not tracker.pod_started(r.pod):
-            what = f"pod {r.pod} is {r.phase}" if r.pod else (
-                "its pod is gone" if state.outcome else "no pod yet")
-            hint = "" if state.outcome else " yet; -f waits for it"
-            note = f"{what}{f', {r.reason}' if r.reason else ''}: no log{hint}"
-            out.append(RankLog(r.rank, r.pod, [], note))
+            out.append(RankLog(r.rank, r.pod, [], no_log_note(state, r)))
             continue
         out.append(RankLog(r.rank, r.pod, cluster.read_log(r.pod, ns, tail=tail)))
     return out
 
 
-def list_jobs(*, all_namespaces: bool = False, **options: Any) -> list[JobSummary]:
+def no_log_note(state: JobState, r: Any) -> str:
+    """Why rank `r` has no log to read (yet)."""
+    what = f"pod {r.pod} is {r.phase}" if r.pod else (
+        "its pod is gone" if state.outcome else "no pod yet")
+    hint = "" if state.outcome else " yet; -f waits for it"
+    return f"{what}{f', {r.reason}' if r.reason else ''}: no log{hint}"
+
+
+def list_jobs(conn: Connection, *, all_namespaces: bool = False) -> list[JobSummary]:
     """kdist's jobs of both backends in the namespace (or in all)."""
     from kdist.kube.objects import job_kind_backend, job_nodes, job_phase, parse_time
     from kdist.shared.labels import BACKEND
 
-    cluster, ns = connect(target(**options))
+    cluster, ns = conn.cluster(), conn.namespace()
     now, rows = time.time(), []
     for obj in cluster.list_jobs(None if all_namespaces else ns):
         meta = obj["metadata"]
@@ -245,11 +246,9 @@ def list_jobs(*, all_namespaces: bool = False, **options: Any) -> list[JobSummar
     return rows
 
 
-def delete(name: str, *, wait: bool = True, timeout: float = 300,
-           **options: Any) -> Deleted:
+def delete(conn: Connection, name: str, *, wait: bool = True, timeout: float = 300) -> Deleted:
     """Delete job `name` (foreground: pods, Service, the job); with `wait`, until all is gone."""
-    check_name(name)
-    cluster, ns = connect(target(**options))
+    cluster, ns = conn.cluster(), conn.namespace()
     deleted = cluster.delete(name, ns)
     if wait:
         from kdist.kube.sources import wait_gone

@@ -4,20 +4,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from kdist.api.types import check_name, connect, target
-from kdist.shared.errors import JobFailed, TimedOut, UsageError
+from kdist.api.types import Connection
+from kdist.shared.errors import JobFailed, TimedOut
 
 if TYPE_CHECKING:
     from kdist.kube.tracker import JobState
 
 
-def wait_many(names: list[str] | tuple[str, ...] = (), *, all_jobs: bool = False,
+def wait_many(conn: Connection, names: list[str], *, all_jobs: bool = False,
               selector: str = "", timeout: float | None = None, check: bool = True,
               on_update: Callable[[list[JobState]], None] | None = None,
-              on_end: Callable[[JobState], None] | None = None,
-              **options: Any) -> list[JobState]:
+              on_end: Callable[[JobState], None] | None = None) -> list[JobState]:
     """Follow several jobs to their ends with one watcher (three watches, whatever the count).
 
     The jobs are `names`, or every kdist job in the namespace that the first
@@ -29,11 +28,7 @@ def wait_many(names: list[str] | tuple[str, ...] = (), *, all_jobs: bool = False
     from kdist.kube.jobswatch import JobsWatch, job_label_selector
     from kdist.shared.errors import JobNotFound
 
-    for name in names:
-        check_name(name)
-    if not names and not all_jobs and not selector:
-        raise UsageError("name at least one job, or use all_jobs / selector")
-    cluster, ns = connect(target(**options))
+    cluster, ns = conn.cluster(), conn.namespace()
     wanted = set(names)
     # One list per kind says which kinds hold the jobs: only those are watched
     # (50 Indexed Jobs: one watch on Jobs, one on Pods), and a name that is
@@ -89,13 +84,13 @@ def wait_many(names: list[str] | tuple[str, ...] = (), *, all_jobs: bool = False
     return states
 
 
-def watch_jobs(*, all_namespaces: bool = False, selector: str = "",
+def watch_jobs(conn: Connection, *, all_namespaces: bool = False, selector: str = "",
                on_update: Callable[[list[JobState]], None], progress_every: float = 10.0,
-               stop: Callable[[], bool] = lambda: False, **options: Any) -> None:
+               stop: Callable[[], bool] = lambda: False) -> None:
     """Report every kdist job's state (and rank 0's last step) until `stop()` says so."""
     from kdist.kube.jobswatch import JobsWatch
 
-    cluster, ns = connect(target(**options))
+    cluster, ns = conn.cluster(), conn.namespace()
     watch = JobsWatch(cluster, None if all_namespaces else ns, selector=selector)
     watch.start()
     try:

@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from kdist.kube.config import ClusterOptions, KubeConfig, resolve_namespace
-from kdist.shared.errors import UsageError
-from kdist.shared.names import job_name_problem
 
 if TYPE_CHECKING:
     from kdist.kube.client import Cluster
-    from kdist.kube.tracker import JobState
+    from kdist.kube.tracker import JobState, RankState
 
-#: Names kdist looks up may be any DNS-1035 label a Job or PyTorchJob can have.
-LOOKUP_NAME_LIMIT = 63
+__all__ = ["ClusterOptions", "Connection", "Deleted", "JobState", "JobSummary", "Observer",
+           "Quiet", "RankLog", "RankState", "Submission", "check_name", "connect", "parse_time",
+           "reattach_hint", "target"]
 
 
 class Observer(Protocol):
@@ -75,27 +75,62 @@ class RankLog:
 
 
 def target(**options: Any) -> ClusterOptions:
-    """The cluster target from keyword options (None = the kubeconfig's default)."""
+    """The cluster target from keyword options (None = the kubeconfig's default), checked."""
+    from kdist.api import checks
+
     unknown = set(options) - {"kubeconfig", "context", "namespace", "request_timeout"}
     if unknown:
         raise TypeError(f"unknown option(s): {', '.join(sorted(unknown))}")
-    return ClusterOptions(**options)
+    return checks.target(**options)
 
 
 def check_name(name: str) -> str:
     """`name` if it can name a job; UsageError otherwise (before any request)."""
-    problem = job_name_problem(name, LOOKUP_NAME_LIMIT)
-    if problem:
-        raise UsageError(problem)
-    return name
+    from kdist.api import checks
+
+    return checks.name(name)
+
+
+class Connection:
+    """One client's cluster target: the kubeconfig read once, one connection pool.
+
+    Both are made on first use, so a client made where no cluster is reachable
+    (or before a kubeconfig exists) costs nothing until a verb needs them.
+    """
+
+    def __init__(self, options: ClusterOptions) -> None:
+        self.options = options
+        self._lock = threading.Lock()
+        self._kubeconfig: KubeConfig | None = None
+        self._cluster: Cluster | None = None
+        self._namespace: str | None = None
+
+    def kubeconfig(self, missing_ok: bool = False) -> KubeConfig | None:
+        with self._lock:
+            if self._kubeconfig is None:
+                self._kubeconfig = KubeConfig.load(self.options, missing_ok=missing_ok)
+            return self._kubeconfig
+
+    def cluster(self) -> Cluster:
+        from kdist.kube.client import Cluster
+
+        kubeconfig = self.kubeconfig()
+        with self._lock:
+            if self._cluster is None:
+                self._cluster = Cluster.connect(self.options, kubeconfig)
+            return self._cluster
+
+    def namespace(self) -> str:
+        """-n, else the context's, else "default"."""
+        if self._namespace is None:
+            self._namespace = resolve_namespace(self.options, None, self.kubeconfig())
+        return self._namespace
 
 
 def connect(opts: ClusterOptions) -> tuple[Cluster, str]:
     """A client and the namespace to use (-n, else the context's, else "default")."""
-    from kdist.kube.client import Cluster
-
-    kubeconfig = KubeConfig.load(opts)
-    return Cluster.connect(opts, kubeconfig), resolve_namespace(opts, None, kubeconfig)
+    conn = Connection(opts)
+    return conn.cluster(), conn.namespace()
 
 
 @dataclass(frozen=True)
@@ -106,13 +141,14 @@ class Deleted:
     objects: list[str]
 
 
-def namespace(**options: Any) -> str:
-    """The namespace the other functions use for these options."""
-    opts = target(**options)
-    return resolve_namespace(opts, None, KubeConfig.load(opts))
-
-
 def reattach_hint(name: str, namespace: str) -> str:
     return (f"job {name} keeps running in namespace {namespace}; reattach with "
             f"`kdist -n {namespace} status {name}` or `kdist -n {namespace} logs -f {name}`, "
             f"stop it with `kdist -n {namespace} delete {name}`")
+
+
+def parse_time(stamp: str | None) -> float | None:
+    """An RFC 3339 API timestamp as epoch seconds (None when it is not one)."""
+    from kdist.kube.objects import parse_time as parse
+
+    return parse(stamp)

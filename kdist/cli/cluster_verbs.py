@@ -100,8 +100,8 @@ def _submit_one(opts: ClusterOptions, file: str, wait: bool, follow: bool, dry_r
                 replace: bool, backend: str | None, timeout: float | None,
                 workdir: str | None) -> None:
     from kdist import api
+    from kdist.api import to_yaml
     from kdist.cli.main import load, pack_code
-    from kdist.rendering import to_yaml
 
     if follow and not wait:
         raise UsageError("--follow needs --wait")
@@ -158,8 +158,8 @@ def _submit_many(opts: ClusterOptions, files: tuple[str, ...], wait: bool, follo
                  dry_run: str | None, replace: bool, backend: str | None,
                  timeout: float | None, workdir: str | None) -> None:
     from kdist import api
+    from kdist.api import to_yaml
     from kdist.cli.main import load, pack_code, say_pod_security
-    from kdist.rendering import to_yaml
 
     if follow:
         raise UsageError("--follow follows one job; with several, use `kdist logs -f NAME`")
@@ -227,18 +227,28 @@ def _ref(obj: dict[str, Any]) -> str:
 @click.argument("name")
 @click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table",
               show_default=True, help="Output format.")
+@click.option("--plot", "plot", metavar="FILE", type=click.Path(dir_okay=False),
+              help="Also draw loss and samples/s per rank over steps, restarts marked, into "
+                   "FILE (.png or .svg; needs matplotlib: pip install 'kdist[plot]').")
 @click.pass_obj
-def status(opts: ClusterOptions, name: str, output: str) -> None:
+def status(opts: ClusterOptions, name: str, output: str, plot: str | None = None) -> None:
     """Show job NAME: its phase, and per rank pod, phase, restarts, step, loss history."""
     from kdist import api
 
-    state = api.status(_name(name), **_opts(opts))
+    if plot is not None:
+        from kdist.cli.plotting import check, draw
+
+        check(plot)  # before any request: a wrong suffix or no matplotlib sends nothing
+    client = api.client(**_opts(opts))  # one connection for the status and the plot
+    state = client.status(_name(name))
     if output == "json":
         click.echo(json.dumps(state.to_dict(), indent=2))
-        return
-    from kdist.cli.progress import print_status
+    else:
+        from kdist.cli.progress import print_status
 
-    print_status(state)
+        print_status(state)
+    if plot is not None:
+        draw(client, name, plot)
 
 
 @click.command()
@@ -263,7 +273,7 @@ def logs(opts: ClusterOptions, name: str, rank: int | None, follow: bool,
             api.wait(name, logs=True, tail=tail, rank=rank, observer=LogDisplay(),
                      **_opts(opts))
         return
-    for entry in api.logs(name, rank=rank, tail=tail, **_opts(opts)):
+    for entry in api.rank_logs(name, rank=rank, tail=tail, **_opts(opts)):
         if entry.note:
             click.echo(f"[rank {entry.rank}] ({entry.note})", err=True)
         for line in entry.lines:

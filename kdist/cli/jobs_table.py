@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from kdist.cli.progress import duration
-from kdist.kube.tracker import JobState
+
+if TYPE_CHECKING:
+    from kdist.api.types import JobState
 
 COLUMNS = ["NAMESPACE", "NAME", "PHASE", "RANKS", "STEP", "LOSS", "SAMPLES/S", "ETA"]
 

@@ -23,8 +23,7 @@ from kdist.cli.options import (
 from kdist.shared.errors import KdistError, UsageError
 
 if TYPE_CHECKING:  # the spec model imports pydantic: not for `kdist --help`
-    from kdist.rendering.workdir import Packed
-    from kdist.spec.model import TrainingJob
+    from kdist.api.files import Packed, TrainingJob
 
 STARTER = Path(__file__).with_name("starter.yaml")
 
@@ -62,31 +61,17 @@ def main(ctx: click.Context, kubeconfig: str | None, context: str | None,
                              request_timeout=request_timeout)
 
 
+def _warn(line: str) -> None:
+    click.echo(f"warning: {line}", err=True)
+
+
 def load(file: str, namespace: str | None = None, backend: str | None = None, *,
-         local: bool = False):
-    """The validated job, with -n and --backend applied (refused when they contradict it).
+         local: bool = False) -> TrainingJob:
+    """The validated job, with -n and --backend applied (refused when they contradict it);
+    what is valid but probably not meant is warned about (not for a local run)."""
+    from kdist import api
 
-    Warns about what is valid but probably not meant (``spec.advice``), except
-    for a local run, which keeps its checkpoints outside the spec's volume.
-    """
-    from kdist.rendering import with_backend
-    from kdist.spec import load_job
-
-    if namespace is not None:
-        from kdist.kube.config import check_namespace
-
-        check_namespace(namespace, "-n/--namespace")
-    job = with_backend(load_job(file), backend)
-    if namespace and job.metadata.namespace and namespace != job.metadata.namespace:
-        raise UsageError(
-            f"{file}: metadata.namespace is {job.metadata.namespace!r} but -n says {namespace!r}"
-        )
-    if namespace and not job.metadata.namespace:
-        meta = job.metadata.model_copy(update={"namespace": namespace})
-        job = job.model_copy(update={"metadata": meta})
-    if not local:
-        _warn_advice(file, job)
-    return job
+    return api.load_file(file, namespace, backend, local=local, warn=_warn)
 
 
 def pack_code(job: TrainingJob, workdir: str | None) -> Packed | None:
@@ -95,66 +80,38 @@ def pack_code(job: TrainingJob, workdir: str | None) -> Packed | None:
     What was skipped (links leaving the tree, special files) is said on stderr;
     what cannot be shipped raises WorkdirError (exit 2) before anything is sent.
     """
-    if workdir is None and job.spec.workdir is None:
-        return None
-    from kdist.rendering.workdir import pack_workdir
+    from kdist import api
 
-    code = pack_workdir(job, workdir)
-    assert code is not None
-    for line in code.warnings:
-        click.echo(f"warning: {code.origin}: {line}", err=True)
-    return code
+    return api.pack_code(job, workdir, warn=_warn)
 
 
 def say_pod_security(file: str, objects: list[dict[str, Any]]) -> None:
     """One stderr line when the pods need more than Pod Security "restricted"; loud for
     "privileged", which most namespaces refuse."""
-    from kdist.rendering.security import PRIVILEGED, assess
+    from kdist import api
 
-    found = assess(objects)
-    line = found.line()
-    if line:
-        click.echo(f"{'warning: ' if found.level == PRIVILEGED else ''}{file}: {line}", err=True)
-
-
-def _warn_advice(file: str, job: TrainingJob) -> None:
-    from kdist.spec import advice
-
-    for line in advice(job):
-        click.echo(f"warning: {file}: {line}", err=True)
+    note = api.security_note(file, *api.pod_security(objects))
+    if note:
+        click.echo(note, err=True)
 
 
 @main.command()
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
 def validate(files: tuple[str, ...]) -> None:
     """Check job files; print every problem with its field path."""
-    from kdist.rendering import render as render_job
+    from kdist import api
     from kdist.shared.errors import SpecError
-    from kdist.spec import load_job
 
     problems: list[str] = []
     for file in files:
         try:
-            job = load_job(file)
+            checked = api.validate_file(file, warn=_warn)
         except SpecError as e:
             problems.extend(e.problems)
             continue
-        s = job.spec
-        _warn_advice(file, job)
-        try:
-            pack_code(job, None)  # a workdir that cannot be shipped is a problem of the spec
-        except SpecError as e:
-            problems.extend(f"{file}: {p}" for p in e.problems)
-            continue
-        try:  # the overlay's merged pod and the Pod Security level need the rendered pods
-            say_pod_security(file, render_job(job))
-        except SpecError as e:
-            problems.extend(f"{file}: {p}" for p in e.problems)
-            continue
-        click.echo(
-            f"{file}: ok ({s.backend}, {s.nodes} node(s) x {s.procs_per_node} proc(s), "
-            f"{s.dist_backend})"
-        )
+        if checked.security_note:
+            click.echo(checked.security_note, err=True)
+        click.echo(checked.summary)
     if problems:
         raise SpecError(problems)
 
@@ -172,13 +129,12 @@ def render(opts: ClusterOptions, file: str, output: str, backend: str | None,
     With a workdir, its ConfigMaps come after the job, without owner references
     (`kdist delete` finds them by label).
     """
-    from kdist.rendering import render as render_job
-    from kdist.rendering import to_json, to_yaml
+    from kdist import api
 
     job = load(file, opts.namespace, backend)
-    objects = render_job(job, pack_code(job, workdir))
+    objects = api.render_objects(job, pack_code(job, workdir))
     say_pod_security(file, objects)
-    click.echo(to_yaml(objects) if output == "yaml" else to_json(objects), nl=False)
+    click.echo(api.to_yaml(objects) if output == "yaml" else api.to_json(objects), nl=False)
 
 
 @main.command()
@@ -228,18 +184,23 @@ def _write_new(path: Path, text: str, force: bool) -> None:
 @main.command()
 @click.argument("file", required=False, type=click.Path(dir_okay=False))
 @click.option("--local", "local", is_flag=True, help="Run on this machine as local processes.")
+@click.option("--raw", is_flag=True,
+              help="Only the prefixed lines, no live table (what a pipe or a file gets).")
 @workdir_option
-def run(file: str | None, local: bool, workdir: str | None) -> None:
+def run(file: str | None, local: bool, raw: bool, workdir: str | None) -> None:
     """Run FILE (default: the built-in starter job) as local process groups.
 
     Same container command and env contract as the pods get, master 127.0.0.1;
-    every line is prefixed with its rank. Exit code is the job's. With a workdir
-    (--workdir, spec.workdir) the nodes run in .kdist/NAME/workspace, a fresh copy
-    unpacked from the archive the pods would get.
+    every line is prefixed with its rank. On a terminal, the live per-rank table of
+    `kdist submit` stays below the lines (--raw: the lines alone, as when piped).
+    Exit code is the job's. With a workdir (--workdir, spec.workdir) the nodes run
+    in .kdist/NAME/workspace, a fresh copy unpacked from the archive the pods would get.
     """
     if not local:
         raise UsageError("kdist run needs --local (use `kdist submit FILE` for a cluster)")
-    from kdist.local import run_local
+    from kdist import api
+    from kdist.cli.progress import make_local_display
 
     job = load(file or str(STARTER), local=True)
-    sys.exit(run_local(job, code=pack_code(job, workdir)))
+    code = pack_code(job, workdir)
+    sys.exit(api.run_local(job, code=code, observer=make_local_display(raw)))

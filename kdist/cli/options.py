@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import click
 
-from kdist.kube.config import ClusterOptions
+from kdist.api.types import ClusterOptions
+from kdist.shared.args import MAX_SECONDS, seconds_problem
 
-__all__ = ["ClusterOptions", "Seconds", "backend_option", "global_options", "job_file_argument",
-           "output_option", "workdir_option"]
-
-MAX_SECONDS = 7 * 86400
+__all__ = ["MAX_SECONDS", "ClusterOptions", "Seconds", "backend_option", "global_options",
+           "job_file_argument", "output_option", "workdir_option"]
 
 
 class Seconds(click.ParamType):
@@ -22,17 +20,10 @@ class Seconds(click.ParamType):
 
     def convert(self, value: Any, param: click.Parameter | None,
                 ctx: click.Context | None) -> float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            number = float(value)
-        else:
-            try:
-                number = float(str(value))
-            except ValueError:
-                self.fail(f"{value!r} is not a number of seconds", param, ctx)
-        if not math.isfinite(number) or not 0 < number <= MAX_SECONDS:
-            self.fail(f"{value!r} must be more than 0 and at most {MAX_SECONDS} seconds",
-                      param, ctx)
-        return number
+        problem = seconds_problem(value)
+        if problem:
+            self.fail(problem, param, ctx)
+        return float(value)
 
 
 def global_options(f):

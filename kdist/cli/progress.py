@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
-from kdist.kube.objects import parse_time
-from kdist.kube.tracker import JobState, RankState
+from kdist.api.types import parse_time
+
+if TYPE_CHECKING:
+    from kdist.api.types import JobState, RankState
 
 SPARK = "▁▂▃▄▅▆▇█"
 STEP_EVERY = 5.0  # seconds between plain progress lines that only report a new step
@@ -208,6 +210,11 @@ class LiveDisplay(PlainDisplay):
 def make_display(echo_logs: bool = False) -> PlainDisplay:
     """Live progress on a terminal, plain lines otherwise."""
     return LiveDisplay(echo_logs) if _is_tty(sys.stdout) else PlainDisplay(echo_logs=echo_logs)
+
+
+def make_local_display(raw: bool) -> LiveDisplay | None:
+    """`kdist run --local`: the live table on a terminal, else none (the prefixed lines)."""
+    return None if raw or not _is_tty(sys.stdout) else LiveDisplay()
 
 
 # ---- tables ---------------------------------------------------------------------------------

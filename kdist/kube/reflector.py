@@ -259,11 +259,14 @@ class Session:
     """
 
     def __init__(self, tracker: Tracker, sources: Sources, *, logs: bool = True,
-                 tail: int | None = None, ranks: set[int] | None = None) -> None:
+                 tail: int | None = None, ranks: set[int] | None = None,
+                 queue_limit: int = 0) -> None:
         self.tracker, self.sources = tracker, sources
         self.follow_logs, self.tail, self.ranks = logs and sources.logs is not None, tail, ranks
         self.stop = threading.Event()
-        self._q: queue.Queue[tuple[str, str, Any]] = queue.Queue()
+        # queue_limit > 0: a consumer slower than the logs holds the readers back (a
+        # generator in a notebook), instead of letting the queue grow without bound.
+        self._q: queue.Queue[tuple[str, str, Any]] = queue.Queue(maxsize=queue_limit)
         self._followed: set[tuple[str, int]] = set()
         self._log_threads: dict[tuple[str, int], threading.Thread] = {}
 
@@ -288,6 +291,12 @@ class Session:
 
     def close(self) -> None:
         self.stop.set()
+        # A thread blocked on a full queue must get to see the stop.
+        while True:
+            try:
+                self._q.get_nowait()
+            except queue.Empty:
+                break
 
     def events(self, tick: float = 1.0, drain: float = 10.0) -> Iterator[tuple[str, Any]]:
         """Everything that happens, until the job is over and its logs are drained.

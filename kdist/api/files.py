@@ -1,0 +1,159 @@
+"""Job files on this machine: load, pack the workdir, render, validate, run locally.
+
+What the CLI's `validate`, `render` and `run --local` do, and what `submit`
+does before its first request, with no cluster. Warnings (``spec.advice``,
+skipped workdir entries) go to `warn`, one line each; without one they are
+Python warnings (a notebook shows them).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import IO, TYPE_CHECKING, Any
+
+from kdist.shared.errors import SpecError, UsageError
+
+if TYPE_CHECKING:
+    from kdist.rendering.workdir import Packed
+    from kdist.spec.model import TrainingJob
+
+Warn = Callable[[str], None]
+__all__ = ["Packed", "TrainingJob", "Validated", "load_file", "pack_code", "pod_security",
+           "render_objects", "run_local", "security_note", "to_json", "to_yaml", "validate_file"]
+
+
+def _python_warning(line: str) -> None:
+    warnings.warn(line, UserWarning, stacklevel=4)
+
+
+def load_file(file: str, namespace: str | None = None, backend: str | None = None, *,
+              local: bool = False, warn: Warn | None = None) -> TrainingJob:
+    """The validated job, with `namespace` and `backend` applied (refused when they contradict it).
+
+    Warns about what is valid but probably not meant (``spec.advice``), except
+    for a local run, which keeps its checkpoints outside the spec's volume.
+    """
+    from kdist.rendering import with_backend
+    from kdist.spec import load_job
+
+    if namespace is not None:
+        from kdist.kube.config import check_namespace
+
+        check_namespace(namespace, "-n/--namespace")
+    job = with_backend(load_job(file), backend)
+    if namespace and job.metadata.namespace and namespace != job.metadata.namespace:
+        raise UsageError(
+            f"{file}: metadata.namespace is {job.metadata.namespace!r} but -n says {namespace!r}"
+        )
+    if namespace and not job.metadata.namespace:
+        meta = job.metadata.model_copy(update={"namespace": namespace})
+        job = job.model_copy(update={"metadata": meta})
+    if not local:
+        advise(file, job, warn)
+    return job
+
+
+def advise(file: str, job: TrainingJob, warn: Warn | None = None) -> None:
+    from kdist.spec import advice
+
+    for line in advice(job):
+        (warn or _python_warning)(f"{file}: {line}")
+
+
+def pack_code(job: TrainingJob, workdir: str | None = None, *,
+              warn: Warn | None = None) -> Packed | None:
+    """The job's code (`workdir`, else spec.workdir), packed once; None when there is none.
+
+    What was skipped (links leaving the tree, special files) goes to `warn`;
+    what cannot be shipped raises WorkdirError (exit 2) before anything is sent.
+    """
+    if workdir is None and job.spec.workdir is None:
+        return None
+    from kdist.rendering.workdir import pack_workdir
+
+    code = pack_workdir(job, workdir)
+    assert code is not None
+    for line in code.warnings:
+        (warn or _python_warning)(f"{code.origin}: {line}")
+    return code
+
+
+def pod_security(objects: list[dict[str, Any]]) -> tuple[str | None, bool]:
+    """The line to say when the pods need more than Pod Security "restricted" (None: they
+    do not), and whether it is loud: "privileged", which most namespaces refuse."""
+    from kdist.rendering.security import PRIVILEGED, assess
+
+    found = assess(objects)
+    return found.line(), found.level == PRIVILEGED
+
+
+def render_objects(job: TrainingJob, code: Packed | None = None) -> list[dict[str, Any]]:
+    from kdist.rendering import render
+
+    return render(job, code)
+
+
+def to_yaml(objects: list[dict[str, Any]]) -> str:
+    from kdist.rendering import to_yaml as dump
+
+    return dump(objects)
+
+
+def to_json(objects: list[dict[str, Any]]) -> str:
+    from kdist.rendering import to_json as dump
+
+    return dump(objects)
+
+
+@dataclass(frozen=True)
+class Validated:
+    """One job file that passed `validate_file`: its summary line and, when the pods need
+    more than Pod Security "restricted", the note to show (a warning for "privileged")."""
+
+    summary: str
+    security_note: str | None = None
+
+
+def validate_file(file: str, *, warn: Warn | None = None) -> Validated:
+    """Check one job file whole: the spec, its workdir, the rendered pods.
+
+    SpecError with every problem otherwise (those after the spec's own name the file).
+    """
+    from kdist.spec import load_job
+
+    say = warn or _python_warning
+    job = load_job(file)
+    advise(file, job, say)
+    try:
+        code = pack_code(job, None, warn=say)  # a workdir that cannot be shipped is a problem
+        # The overlay's merged pod and the Pod Security level need the rendered pods.
+        line, loud = pod_security(render_objects(job, code))
+    except SpecError as e:
+        raise SpecError([f"{file}: {p}" for p in e.problems]) from None
+    s = job.spec
+    return Validated(
+        f"{file}: ok ({s.backend}, {s.nodes} node(s) x {s.procs_per_node} proc(s), "
+        f"{s.dist_backend})",
+        security_note(file, line, loud))
+
+
+def security_note(file: str, line: str | None, loud: bool) -> str | None:
+    return f"{'warning: ' if loud else ''}{file}: {line}" if line else None
+
+
+def run_local(job: TrainingJob, *, code: Packed | None = None,
+              stdout: IO[str] | None = None, observer: Any = None) -> int:
+    """Run `job` on this machine as `kdist run --local` does; the job's exit code.
+
+    With an `observer` (the CLI's live table), it hears of every line and of each
+    node's state as `submit`'s observer does (`kdist.api.localview`).
+    """
+    if observer is not None:
+        from kdist.api.localview import run_local_watched
+
+        return run_local_watched(job, observer, code=code)
+    from kdist.local import run_local as run
+
+    return run(job, code=code, stdout=stdout)

@@ -1,0 +1,35 @@
+"""Functions `Client.train` runs on every rank in tests/dist/test_train.py (imported as a
+top-level module, as a notebook imports the file beside it).
+
+This directory is what travels (the function's file and its siblings): it
+imports only what a training image has.
+"""
+
+from __future__ import annotations
+
+import os
+
+from helper import describe
+
+
+def world_sum(scale: float, *, tag: str = "") -> dict:
+    """Every rank adds its rank + 1 in one all_reduce; each rank returns what it saw."""
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    try:
+        total = torch.tensor([float(dist.get_rank() + 1)])
+        dist.all_reduce(total)
+        return {"rank": dist.get_rank(), "world": dist.get_world_size(),
+                "sum": total.item() * scale, "node": int(os.environ["KDIST_NODE_RANK"]),
+                "tag": tag, "helper": describe()}
+    finally:
+        dist.destroy_process_group()
+
+
+def fail_on(rank_to_fail: int) -> int:
+    rank = int(os.environ["RANK"])
+    if rank == rank_to_fail:
+        raise ValueError(f"bad batch on rank {rank}")
+    return rank
