@@ -30,7 +30,7 @@ $(CLI_STAMP): pyproject.toml
 	@touch $@
 
 $(STAMP): pyproject.toml $(CLI_STAMP) $(KDIST_CACHE)/wheels/.done
-	$(PYTHON) -m pip install -q -e '.[train,test,compat]' "$(TORCH)"
+	$(PYTHON) -m pip install -q -e '.[train,test,compat,plot]' "$(TORCH)"
 	@touch $@
 
 install: $(STAMP) ## Install kdist with its training and test dependencies (torch from a local wheel cache)
