@@ -75,6 +75,16 @@ def label_value(key: str, value: str) -> str:
     return value
 
 
+def queue_name(value: str) -> str:
+    """A Kueue LocalQueue's name: Kueue refuses a queue-name label that is not a DNS-1123
+    subdomain (the name a LocalQueue can have), and a label value is at most 63."""
+    if len(value) > 63 or not DNS1123_SUBDOMAIN.fullmatch(value):
+        raise ValueError(f"queue {value!r} cannot name a Kueue LocalQueue: it must be a "
+                         "DNS-1123 subdomain of at most 63 characters (lower-case letters, "
+                         "digits, '-' and '.', starting and ending with a letter or digit)")
+    return value
+
+
 def labels(values: dict[str, str], *, user_labels: bool = False) -> dict[str, str]:
     """Label-shaped maps (labels, nodeSelector); `user_labels` refuses kdist's own keys."""
     for key, value in values.items():

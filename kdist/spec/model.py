@@ -18,7 +18,6 @@ from pydantic import (
     model_validator,
 )
 
-from kdist.shared.labels import QUEUE
 from kdist.spec import checks as C
 from kdist.spec.affinity import Affinity, TopologySpreadConstraint
 from kdist.spec.checks import INT32_MAX, INT64_MAX, MAX_NODES
@@ -235,7 +234,7 @@ class Scheduling(_Model):
     @field_validator("queue")
     @classmethod
     def _queue(cls, v: str) -> str:
-        return C.label_value(QUEUE, v) if v else v
+        return C.queue_name(v) if v else v
 
 
 class JobSpec(_Model):
