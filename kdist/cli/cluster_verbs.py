@@ -24,7 +24,7 @@ from kdist.cli.options import (
     backend_option,
     workdir_option,
 )
-from kdist.shared.errors import JobFailed, UsageError
+from kdist.shared.errors import JobFailed, JobNotFound, UsageError
 
 
 def _opts(opts: ClusterOptions) -> dict[str, Any]:
@@ -54,6 +54,16 @@ def _name(name: str) -> str:
     from kdist import api
 
     return api.check_name(name)
+
+
+def _selector(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """-l as the API server parses it, refused while the flags are read (before any request)."""
+    from kdist.shared.selectors import SelectorProblem, check_selector
+
+    try:
+        return check_selector(value)
+    except SelectorProblem as e:
+        raise UsageError(f"-l/--selector: {e}") from None
 
 
 # ---- submit ------------------------------------------------------------------------------------
@@ -278,7 +288,7 @@ def logs(opts: ClusterOptions, name: str, rank: int | None, follow: bool,
 @click.option("-w", "--watch", is_flag=True,
               help="A live table (phase, ranks running, step/max, loss, samples/s, ETA) "
                    "until Ctrl-C; one watcher for all jobs.")
-@click.option("-l", "--selector", default="", metavar="SELECTOR",
+@click.option("-l", "--selector", default="", metavar="SELECTOR", callback=_selector,
               help="Only jobs with these labels (as kubectl's -l), with --watch.")
 @click.pass_obj
 def list_(opts: ClusterOptions, all_namespaces: bool, watch: bool, selector: str) -> None:
@@ -309,8 +319,9 @@ def list_(opts: ClusterOptions, all_namespaces: bool, watch: bool, selector: str
 @click.command("wait")
 @click.argument("names", nargs=-1)
 @click.option("--all", "all_jobs", is_flag=True, help="Every kdist job in the namespace.")
-@click.option("-l", "--selector", default="", metavar="SELECTOR",
-              help="Every kdist job with these labels (as kubectl's -l).")
+@click.option("-l", "--selector", default="", metavar="SELECTOR", callback=_selector,
+              help="Every kdist job with these labels (as kubectl's -l); none matching is "
+                   "exit 2.")
 @click.option("--timeout", type=Seconds(), metavar="SECONDS",
               help="Stop waiting after SECONDS (exit 1; the jobs keep running).")
 @click.pass_obj
@@ -319,7 +330,8 @@ def wait(opts: ClusterOptions, names: tuple[str, ...], all_jobs: bool, selector:
     """Wait for jobs to end: exit 0 when all succeeded, 1 when any failed or time ran out.
 
     One watcher follows every job (three watches however many jobs); a line is
-    printed as each job ends.
+    printed as each job ends. A NAME that is not there, or an -l that matches no
+    job, is exit 2 (a typo is not "all done"); --all with no jobs is exit 0.
     """
     from kdist import api
 
@@ -334,9 +346,13 @@ def wait(opts: ClusterOptions, names: tuple[str, ...], all_jobs: bool, selector:
         else:
             click.echo(f"{state.failure_line()}", err=True)
 
-    with _watching(", ".join(names) or "the jobs", api.namespace(**_opts(opts))):
+    ns = api.namespace(**_opts(opts))
+    with _watching(", ".join(names) or "the jobs", ns):
         states = api.wait_many(list(names), all_jobs=all_jobs, selector=selector,
                                timeout=timeout, on_end=ended, **_opts(opts))
+    if not states and selector:
+        # Like a NAME that is not there: a typo in -l must not pass as "all done".
+        raise JobNotFound(f"no kdist job in namespace {ns} matches -l {selector!r}")
     if not states:
         click.echo("no kdist jobs to wait for")
 
