@@ -22,6 +22,7 @@ from kdist.kube import kinds
 from kdist.kube.config import ClusterOptions, KubeConfig
 from kdist.kube.errors import RETRYABLE_STATUS, Action, HttpError, Transient, api_error, not_the_api
 from kdist.shared.errors import ClusterError, JobNotFound, KdistError, OperatorMissing
+from kdist.shared.limits import MAX_ANSWER_BYTES, MAX_EVENT_BYTES
 
 FIELD_MANAGER = "kdist"
 CONNECT_TIMEOUT = 10.0
@@ -101,7 +102,10 @@ class Cluster:
         try:
             resp = self.open(method, path, query, body)
             try:
-                data = resp.read()
+                data = resp.read(MAX_ANSWER_BYTES + 1)
+                if len(data) > MAX_ANSWER_BYTES:
+                    raise ClusterError(f"the API server at {self.server} answered {method} "
+                                       f"{path} with more than {MAX_ANSWER_BYTES >> 20} MiB")
                 content_type = resp.headers.get("Content-Type", "")
                 warnings = resp.headers.getlist("Warning") if hasattr(
                     resp.headers, "getlist") else []
@@ -348,6 +352,9 @@ class Cluster:
             for chunk in resp.stream(amt=None, decode_content=True):
                 buf += chunk
                 *lines, buf = buf.split(b"\n")
+                if max(len(buf), *map(len, lines)) > MAX_EVENT_BYTES:  # no object is that big
+                    raise ClusterError(f"the API server at {self.server} sent a line of more "
+                                       f"than {MAX_EVENT_BYTES >> 20} MiB on {path}")
                 for line in lines:
                     yield line.decode("utf-8", "replace")
             if buf:

@@ -19,7 +19,6 @@ from kdist.spec.quantity import parse_quantity
 
 API_VERSION = "kdist/v1alpha1"
 KIND = "TrainingJob"
-MAX_NODES = 1000
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
 

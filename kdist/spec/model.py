@@ -18,9 +18,10 @@ from pydantic import (
     model_validator,
 )
 
+from kdist.shared.limits import MAX_NODES
 from kdist.spec import checks as C
 from kdist.spec.affinity import Affinity, TopologySpreadConstraint
-from kdist.spec.checks import INT32_MAX, INT64_MAX, MAX_NODES
+from kdist.spec.checks import INT32_MAX, INT64_MAX
 from kdist.spec.overlay import check_overlay
 from kdist.spec.pod import ClaimSource, PodSettings, ScratchSource
 from kdist.spec.pod import PodModel as _Model
