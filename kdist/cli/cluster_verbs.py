@@ -4,7 +4,8 @@ They parse flags, call the API, and print through `kdist.cli.progress`. The
 `kubernetes` client and `rich` are imported inside the commands, so
 `kdist --help`, `render` and `validate` stay fast. Names are checked before
 any request (`kdist.api.check_name`). Ctrl-C (or SIGTERM) while watching
-leaves the job running and exits 130 with a hint to reattach.
+leaves the job running and exits 130 with a hint to reattach; while creating,
+it undoes the submission (`kdist.cli.submitting`) and says what is left.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -24,7 +25,7 @@ from kdist.cli.options import (
     backend_option,
     workdir_option,
 )
-from kdist.shared.errors import JobFailed, UsageError
+from kdist.shared.errors import JobFailed, JobNotFound, UsageError
 
 
 def _opts(opts: ClusterOptions) -> dict[str, Any]:
@@ -33,27 +34,39 @@ def _opts(opts: ClusterOptions) -> dict[str, Any]:
 
 
 @contextmanager
-def _watching(name: str, namespace: str | list[str]) -> Iterator[None]:
-    """Ctrl-C (or SIGTERM) ends the watch, not the job: say how to reattach, exit 130.
-
-    `namespace` may be a one-item list filled in later (known once submitted).
-    """
-    from kdist import api
+def _interrupts(line: Callable[[KeyboardInterrupt], str]) -> Iterator[None]:
+    """Ctrl-C (or SIGTERM) ends the command with exit 130 and `line(e)`: what exists."""
     from kdist.shared.signals import interruptible
 
     with interruptible():
         try:
             yield
-        except KeyboardInterrupt:
-            ns = namespace[0] if isinstance(namespace, list) else namespace
-            click.echo(f"\ninterrupted: {api.reattach_hint(name, ns)}", err=True)
+        except KeyboardInterrupt as e:
+            click.echo(f"\ninterrupted: {line(e)}", err=True)
             sys.exit(130)
+
+
+def _watching(name: str, namespace: str) -> Any:
+    """Ctrl-C (or SIGTERM) ends the watch, not the job: say how to reattach, exit 130."""
+    from kdist import api
+
+    return _interrupts(lambda e: api.reattach_hint(name, namespace))
 
 
 def _name(name: str) -> str:
     from kdist import api
 
     return api.check_name(name)
+
+
+def _selector(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """-l as the API server parses it, refused while the flags are read (before any request)."""
+    from kdist.shared.selectors import SelectorProblem, check_selector
+
+    try:
+        return check_selector(value)
+    except SelectorProblem as e:
+        raise UsageError(f"-l/--selector: {e}") from None
 
 
 # ---- submit ------------------------------------------------------------------------------------
@@ -87,8 +100,10 @@ def submit(opts: ClusterOptions, files: tuple[str, ...], wait: bool, follow: boo
     ownerReference is added at submission, once the Job's uid exists. A workdir
     (--workdir, spec.workdir) travels in ConfigMaps owned by the job likewise.
 
-    Several FILEs: every one is validated before anything is sent; each job is
-    created all or nothing; --wait then follows them all with one watcher.
+    Several FILEs are one batch, all or nothing: every one is validated (the same
+    job twice refused) before anything is sent; if one job fails, the ones created
+    are deleted again and the error says what exists. --wait then follows them all
+    with one watcher. Ctrl-C / SIGTERM while creating deletes what was created.
     """
     if len(files) > 1:
         _submit_many(opts, files, wait, follow, dry_run, replace, backend, timeout, workdir)
@@ -102,26 +117,30 @@ def _submit_one(opts: ClusterOptions, file: str, wait: bool, follow: bool, dry_r
     from kdist import api
     from kdist.api import to_yaml
     from kdist.cli.main import load, pack_code
+    from kdist.cli.submitting import Ledger, ref, resolved
 
     if follow and not wait:
         raise UsageError("--follow needs --wait")
-    job = load(file, opts.namespace, backend)
+    if replace and dry_run == "server":
+        raise UsageError("replace cannot be combined with a server dry run (it would delete)")
+    [(_, job)] = resolved(opts, [(file, load(file, opts.namespace, backend))], dry_run)
     code = pack_code(job, workdir)  # before any request: a refused workdir creates nothing
+    name, ns = job.metadata.name, job.metadata.namespace or "default"
+    ledger = Ledger(dict(_opts(opts), namespace=ns))
     started = time.monotonic()
-    where = [opts.namespace or job.metadata.namespace or "default"]
 
     def said(sub: api.Submission) -> None:
         from kdist.cli.main import say_pod_security
 
+        nonlocal started
+        ledger.submitted, started = True, time.monotonic()
         say_pod_security(file, sub.objects)
-        if sub.replaced:
-            click.echo(f"replaced: deleted {', '.join(sub.replaced)}")
         for w in sub.warnings:
             click.echo(f"warning: the API server says: {w}", err=True)
         suffix = " (server dry run: accepted, nothing persisted)" if dry_run else ""
         for obj in sub.objects:
             if obj.get("kind") != "ConfigMap":
-                click.echo(f"{_ref(obj)} created in namespace {sub.namespace}{suffix}")
+                click.echo(f"{ref(obj)} created in namespace {sub.namespace}{suffix}")
         if code is not None:
             # One line for the code's ConfigMaps, however many chunks it took.
             names = [o["metadata"]["name"] for o in sub.objects if o.get("kind") == "ConfigMap"]
@@ -132,18 +151,17 @@ def _submit_one(opts: ClusterOptions, file: str, wait: bool, follow: bool, dry_r
         if not wait and not dry_run:
             click.echo(f"follow it with `kdist -n {sub.namespace} status {sub.name}` or "
                        f"`kdist -n {sub.namespace} logs -f {sub.name}`")
-        nonlocal started
-        started, where[0] = time.monotonic(), sub.namespace
 
     display = None
     if wait and dry_run is None:
         from kdist.cli.progress import make_display
 
         display = make_display(echo_logs=follow)
-    with _watching(job.metadata.name, where):
-        sub = api.submit(job, wait=wait, replace=replace, dry_run=dry_run, logs=True,
-                         timeout=timeout, observer=display, on_submitted=said, code=code,
-                         **_opts(opts))
+    with _interrupts(lambda e: ledger.interrupted_one(name, ns, e, dry_run)):
+        if replace and dry_run is None:
+            ledger.replace(job)
+        sub = api.submit(job, wait=wait, dry_run=dry_run, logs=True, timeout=timeout,
+                         observer=display, on_submitted=said, code=code, **ledger.target(ns))
     if dry_run == "client":
         from kdist.cli.main import say_pod_security
 
@@ -158,36 +176,20 @@ def _submit_many(opts: ClusterOptions, files: tuple[str, ...], wait: bool, follo
                  dry_run: str | None, replace: bool, backend: str | None,
                  timeout: float | None, workdir: str | None) -> None:
     from kdist import api
-    from kdist.api import to_yaml
-    from kdist.cli.main import load, pack_code, say_pod_security
+    from kdist.cli.submitting import submit_many
 
     if follow:
         raise UsageError("--follow follows one job; with several, use `kdist logs -f NAME`")
     if workdir is not None:
         raise UsageError("--workdir applies to one job; give each its spec.workdir")
-    jobs = [(file, load(file, opts.namespace, backend)) for file in files]  # all checked first
-    seen: dict[tuple[str, str], str] = {}
-    for file, job in jobs:
-        key = (job.metadata.namespace or opts.namespace or "", job.metadata.name)
-        if key in seen:
-            raise UsageError(f"{file}: job {key[1]} is also in {seen[key]}")
-        seen[key] = file
-    codes = [pack_code(job, None) for _, job in jobs]
-    by_namespace: dict[str, list[str]] = {}
-    for (file, job), code in zip(jobs, codes, strict=True):
-        sub = api.submit(job, wait=False, replace=replace, dry_run=dry_run, code=code,
-                         **_opts(opts))
-        say_pod_security(file, sub.objects)
-        if dry_run == "client":
-            click.echo(to_yaml(sub.objects), nl=False)
-            continue
-        for w in sub.warnings:
-            click.echo(f"warning: the API server says: {w}", err=True)
-        suffix = " (server dry run: accepted, nothing persisted)" if dry_run else ""
-        click.echo(f"{_ref(sub.objects[0])} created in namespace {sub.namespace}{suffix}")
-        by_namespace.setdefault(sub.namespace, []).append(sub.name)
+    if replace and dry_run == "server":
+        raise UsageError("replace cannot be combined with a server dry run (it would delete)")
+    created = submit_many(opts, files, dry_run, replace, backend)
     if not wait or dry_run:
         return
+    by_namespace: dict[str, list[str]] = {}
+    for sub in created:
+        by_namespace.setdefault(sub.namespace, []).append(sub.name)
     failed: list[str] = []
     for ns, names in by_namespace.items():
         def ended(state: Any) -> None:
@@ -210,14 +212,6 @@ def _finish(state: Any, started: float) -> None:
         click.echo(f"job {state.name} succeeded in {duration(time.monotonic() - started)}")
         return
     raise JobFailed(state.failure_line())
-
-
-def _ref(obj: dict[str, Any]) -> str:
-    api_version = obj.get("apiVersion", "")
-    group = api_version.partition("/")[0] if "/" in api_version else ""
-    kind = obj.get("kind", "").lower()
-    name = obj["metadata"]["name"]
-    return f"{kind}.{group}/{name}" if group else f"{kind}/{name}"
 
 
 # ---- status, logs ------------------------------------------------------------------------------
@@ -288,7 +282,7 @@ def logs(opts: ClusterOptions, name: str, rank: int | None, follow: bool,
 @click.option("-w", "--watch", is_flag=True,
               help="A live table (phase, ranks running, step/max, loss, samples/s, ETA) "
                    "until Ctrl-C; one watcher for all jobs.")
-@click.option("-l", "--selector", default="", metavar="SELECTOR",
+@click.option("-l", "--selector", default="", metavar="SELECTOR", callback=_selector,
               help="Only jobs with these labels (as kubectl's -l), with --watch.")
 @click.pass_obj
 def list_(opts: ClusterOptions, all_namespaces: bool, watch: bool, selector: str) -> None:
@@ -319,8 +313,9 @@ def list_(opts: ClusterOptions, all_namespaces: bool, watch: bool, selector: str
 @click.command("wait")
 @click.argument("names", nargs=-1)
 @click.option("--all", "all_jobs", is_flag=True, help="Every kdist job in the namespace.")
-@click.option("-l", "--selector", default="", metavar="SELECTOR",
-              help="Every kdist job with these labels (as kubectl's -l).")
+@click.option("-l", "--selector", default="", metavar="SELECTOR", callback=_selector,
+              help="Every kdist job with these labels (as kubectl's -l); none matching is "
+                   "exit 2.")
 @click.option("--timeout", type=Seconds(), metavar="SECONDS",
               help="Stop waiting after SECONDS (exit 1; the jobs keep running).")
 @click.pass_obj
@@ -329,7 +324,8 @@ def wait(opts: ClusterOptions, names: tuple[str, ...], all_jobs: bool, selector:
     """Wait for jobs to end: exit 0 when all succeeded, 1 when any failed or time ran out.
 
     One watcher follows every job (three watches however many jobs); a line is
-    printed as each job ends.
+    printed as each job ends. A NAME that is not there, or an -l that matches no
+    job, is exit 2 (a typo is not "all done"); --all with no jobs is exit 0.
     """
     from kdist import api
 
@@ -344,9 +340,13 @@ def wait(opts: ClusterOptions, names: tuple[str, ...], all_jobs: bool, selector:
         else:
             click.echo(f"{state.failure_line()}", err=True)
 
-    with _watching(", ".join(names) or "the jobs", api.namespace(**_opts(opts))):
+    ns = api.namespace(**_opts(opts))
+    with _watching(", ".join(names) or "the jobs", ns):
         states = api.wait_many(list(names), all_jobs=all_jobs, selector=selector,
                                timeout=timeout, on_end=ended, **_opts(opts))
+    if not states and selector:
+        # Like a NAME that is not there: a typo in -l must not pass as "all done".
+        raise JobNotFound(f"no kdist job in namespace {ns} matches -l {selector!r}")
     if not states:
         click.echo("no kdist jobs to wait for")
 

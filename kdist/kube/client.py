@@ -20,8 +20,17 @@ from urllib.parse import urlencode
 
 from kdist.kube import kinds
 from kdist.kube.config import ClusterOptions, KubeConfig
-from kdist.kube.errors import RETRYABLE_STATUS, Action, HttpError, Transient, api_error, not_the_api
+from kdist.kube.errors import (
+    RETRYABLE_STATUS,
+    Action,
+    HttpError,
+    PartlyUndone,
+    Transient,
+    api_error,
+    not_the_api,
+)
 from kdist.shared.errors import ClusterError, JobNotFound, KdistError, OperatorMissing
+from kdist.shared.limits import MAX_ANSWER_BYTES, MAX_EVENT_BYTES
 
 FIELD_MANAGER = "kdist"
 CONNECT_TIMEOUT = 10.0
@@ -101,7 +110,10 @@ class Cluster:
         try:
             resp = self.open(method, path, query, body)
             try:
-                data = resp.read()
+                data = resp.read(MAX_ANSWER_BYTES + 1)
+                if len(data) > MAX_ANSWER_BYTES:
+                    raise ClusterError(f"the API server at {self.server} answered {method} "
+                                       f"{path} with more than {MAX_ANSWER_BYTES >> 20} MiB")
                 content_type = resp.headers.get("Content-Type", "")
                 warnings = resp.headers.getlist("Warning") if hasattr(
                     resp.headers, "getlist") else []
@@ -147,23 +159,34 @@ class Cluster:
 
         Objects after the first are owned by it (ownerReferences to its uid, known
         once it exists), so deleting the job removes everything. If one fails,
-        the ones already created are deleted again.
+        the ones already created are deleted again. Ctrl-C and SIGTERM wait for
+        the request in flight (a POST cut short would leave an object kdist does
+        not know it made), then the same rollback runs to its end, a second
+        signal notwithstanding, and `Interrupted` says what it deleted and left.
         """
+        from kdist.shared.signals import Interrupted, held
+
         created: list[dict[str, Any]] = []
         warnings: list[str] = []
-        try:
-            for obj in objects:
-                if created and not dry_run:
-                    obj = _owned_by(obj, created[0])
-                made = self._create_one(obj, dry_run)
-                warnings += made.pop("__warnings__", [])
-                created.append(made)
-        except BaseException as e:
-            problems = [] if dry_run else self._rollback(created)
-            if problems and isinstance(e, KdistError):
-                raise ClusterError(f"{e}; undoing the submission failed too: "
-                                   f"{'; '.join(problems)}") from e
-            raise
+        with held() as pending:
+            try:
+                for obj in objects:
+                    if pending.signum is not None:
+                        break
+                    if created and not dry_run:
+                        obj = _owned_by(obj, created[0])
+                    made = self._create_one(obj, dry_run)
+                    warnings += made.pop("__warnings__", [])
+                    created.append(made)
+            except BaseException as e:
+                _, left = ([], []) if dry_run else self._rollback(created)
+                if left and isinstance(e, KdistError):
+                    raise PartlyUndone(f"{e}; undoing the submission failed too: "
+                                       f"{'; '.join(left)}", left) from e
+                raise
+            if pending.signum is not None:
+                undone, left = ([], []) if dry_run else self._rollback(created)
+                raise Interrupted(pending.signum, undone=undone, left=left)
         return created, warnings
 
     def _create_one(self, obj: dict[str, Any], dry_run: bool) -> dict[str, Any]:
@@ -173,16 +196,20 @@ class Cluster:
         return self.request(Action("create", kind.plural, ns, meta["name"]), "POST",
                             kind.collection(ns), query, obj)
 
-    def _rollback(self, created: list[dict[str, Any]]) -> list[str]:
-        """Delete what a failed submission created; returns what could not be deleted."""
-        problems = []
+    def _rollback(self, created: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
+        """Delete what a failed submission created: (what was deleted, what could not be,
+        with why)."""
+        undone, left = [], []
         for obj in reversed(created):
-            meta = obj["metadata"]
+            kind, meta = kinds.of(obj), obj["metadata"]
             try:
-                self.delete_object(kinds.of(obj), meta["name"], meta["namespace"])
+                self.delete_object(kind, meta["name"], meta["namespace"])
+                undone.append(f"{kind.ref}/{meta['name']}")
+            except JobNotFound:
+                undone.append(f"{kind.ref}/{meta['name']}")  # gone already (its owner's)
             except KdistError as e:
-                problems.append(str(e))
-        return problems
+                left.append(f"{kind.ref}/{meta['name']} ({e})")
+        return undone, left
 
     # -- read -----------------------------------------------------------------------------
 
@@ -348,6 +375,9 @@ class Cluster:
             for chunk in resp.stream(amt=None, decode_content=True):
                 buf += chunk
                 *lines, buf = buf.split(b"\n")
+                if max(len(buf), *map(len, lines)) > MAX_EVENT_BYTES:  # no object is that big
+                    raise ClusterError(f"the API server at {self.server} sent a line of more "
+                                       f"than {MAX_EVENT_BYTES >> 20} MiB on {path}")
                 for line in lines:
                     yield line.decode("utf-8", "replace")
             if buf:

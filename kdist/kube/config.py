@@ -8,16 +8,26 @@ and its context's namespace validated before anything is sent. Problems are
 
 from __future__ import annotations
 
+import logging
 import os
+import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kdist.shared.errors import UsageError
+from kdist.shared.errors import ClusterError, UsageError
 from kdist.shared.names import namespace_problem
 
 DEFAULT_KUBECONFIG = "~/.kube/config"
 MAX_KUBECONFIG_BYTES = 4 << 20
+MAX_TOKEN_BYTES = 1 << 20  # a bearer token file (a service account's is about 1 KiB)
+# The file fields of a kubeconfig: (section, entry key, field); kubectl reads a relative
+# path from the directory of the file that sets it.
+_FILE_FIELDS = (("clusters", "cluster", "certificate-authority"),
+                ("users", "user", "client-certificate"), ("users", "user", "client-key"),
+                ("users", "user", "tokenFile"))
 #: Seconds one request may take, connection included, before the server counts as dead.
 DEFAULT_REQUEST_TIMEOUT = 15.0
 REQUEST_TIMEOUT_ENV = "KDIST_REQUEST_TIMEOUT"
@@ -88,7 +98,7 @@ class KubeConfig:
             if opts.kubeconfig:
                 raise UsageError(f"{path}: kubeconfig not found")
             raise UsageError(f"{path}: no kubeconfig (give --kubeconfig or set KUBECONFIG)")
-        docs = [_read(p) for p in existing]
+        docs = [_anchored(_read(p), p) for p in existing]
         doc = docs[0] if len(docs) == 1 else _merge(docs)
         namespace = _context_namespace(doc, opts.context, path)
         if namespace is not None:
@@ -109,16 +119,28 @@ class KubeConfig:
 
         configuration, config, _ = pieces()
         cfg = configuration()
+        user: dict[str, Any] = {}
         try:
             if self.in_cluster:
                 config.load_incluster_config(client_configuration=cfg)
             else:
-                config.load_kube_config_from_dict(
-                    self._doc, context=self._opts.context, client_configuration=cfg,
-                    persist_config=False)
-        except Exception as e:  # ConfigException, OSError, bad base64, exec plugin failures...
+                doc, user = _files_checked(self._doc or {}, self._opts.context, self.path)
+                with _plugin_errors() as said:
+                    config.load_kube_config_from_dict(
+                        doc, context=self._opts.context, client_configuration=cfg,
+                        persist_config=False)
+        except UsageError:
+            raise
+        except Exception as e:  # ConfigException, OSError, bad base64...
             raise UsageError(f"{self.path}: cannot use this kubeconfig: "
                              f"{' '.join(str(e).split())}") from None
+        if isinstance(user.get("exec"), dict) and not (
+                cfg.api_key.get("authorization") or cfg.api_key.get("BearerToken")
+                or cfg.cert_file):
+            # The official loader logs a failed plugin and goes on without credentials.
+            command = user["exec"].get("command")
+            why = " ".join(" ".join(said).split())[:500] or "it gave no token nor certificate"
+            raise ClusterError(f"{self.path}: the credential plugin {command!r} failed: {why}")
         if not str(cfg.host or "").startswith(("https://", "http://")):
             raise UsageError(f"{self.path}: the cluster's server {cfg.host!r} is not an "
                              "http(s) URL")
@@ -174,3 +196,92 @@ def _context_namespace(doc: dict[str, Any], context: str | None, path: str) -> s
                 raise UsageError(f"{path}: context {name!r}: namespace must be a string")
             return ns or None
     raise UsageError(f"{path}: no context named {name!r}")
+
+
+def _anchored(doc: dict[str, Any], path: str) -> dict[str, Any]:
+    """`doc` with its relative file fields made absolute, from `path`'s directory."""
+    base = os.path.dirname(os.path.abspath(path))
+    for section, key, name in _FILE_FIELDS:
+        for entry in doc.get(section) or []:
+            inner = entry.get(key) if isinstance(entry, dict) else None
+            if not isinstance(inner, dict):
+                continue
+            value = inner.get(name)
+            if isinstance(value, str) and value and not os.path.isabs(value):
+                inner[name] = os.path.join(base, value)
+    return doc
+
+
+def _files_checked(doc: dict[str, Any], context: str | None,
+                   path: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The kubeconfig with the chosen user's tokenFile read (bounded, a regular file only)
+    as its token, and that user's entry; UsageError for a file field that names a FIFO, a
+    device or a directory (the official loader would block on it, or send no token)."""
+    name = context or doc.get("current-context")
+    ctx = next((e.get("context") for e in doc.get("contexts") or []
+                if isinstance(e, dict) and e.get("name") == name), None) or {}
+    picked = {"clusters": ctx.get("cluster"), "users": ctx.get("user")} \
+        if isinstance(ctx, dict) else {}
+    user: dict[str, Any] = {}
+    for section, key, field_name in _FILE_FIELDS:
+        for entry in doc.get(section) or []:
+            inner = entry.get(key) if isinstance(entry, dict) else None
+            if not isinstance(inner, dict) or entry.get("name") != picked.get(section):
+                continue
+            if section == "users":
+                user = inner
+            value = inner.get(field_name)
+            if isinstance(value, str) and value:
+                _check_file(value, f"{path}: {section[:-1]} {entry.get('name')!r}: {field_name}")
+    token_file = user.get("tokenFile")
+    if isinstance(token_file, str) and token_file and "token" not in user:
+        from kdist.spec.load import read_bounded
+
+        where = f"{path}: user tokenFile {token_file}"
+        try:
+            data = read_bounded(token_file, MAX_TOKEN_BYTES)
+        except (OSError, ValueError) as e:
+            raise UsageError(f"{where}: {getattr(e, 'strerror', None) or e}") from None
+        if len(data) > MAX_TOKEN_BYTES:
+            raise UsageError(f"{where}: larger than {MAX_TOKEN_BYTES >> 20} MiB")
+        try:
+            token = data.decode("utf-8").strip()
+        except UnicodeDecodeError:
+            raise UsageError(f"{where}: not UTF-8 text") from None
+        user = {k: v for k, v in user.items() if k != "tokenFile"} | {"token": token}
+        doc = _with_user(doc, str(picked["users"]), user)
+    return doc, user
+
+
+def _check_file(value: str, where: str) -> None:
+    try:
+        mode = os.stat(value).st_mode
+    except OSError:
+        return  # missing: the loader says so in its words
+    if not stat.S_ISREG(mode):
+        raise UsageError(f"{where} {value} is not a regular file (a FIFO, socket, device "
+                         "or directory?)")
+
+
+def _with_user(doc: dict[str, Any], name: str, user: dict[str, Any]) -> dict[str, Any]:
+    users = [dict(e, user=user) if isinstance(e, dict) and e.get("name") == name else e
+             for e in doc.get("users") or []]
+    return dict(doc, users=users)
+
+
+@contextmanager
+def _plugin_errors() -> Iterator[list[str]]:
+    """What the official loader logs while it loads (a failed exec plugin's words), kept
+    instead of printed."""
+    said: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            said.append(record.getMessage())
+
+    handler, root = Keep(logging.ERROR), logging.getLogger()
+    root.addHandler(handler)
+    try:
+        yield said
+    finally:
+        root.removeHandler(handler)

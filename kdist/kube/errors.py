@@ -23,6 +23,15 @@ class Transient(Exception):
     """A dropped connection, a timeout, a 5xx/429: reconnect after a backoff."""
 
 
+class PartlyUndone(ClusterError):
+    """A submission failed and deleting what it had created failed too: `left` names what
+    is still there (each with why)."""
+
+    def __init__(self, message: str, left: list[str]) -> None:
+        super().__init__(message)
+        self.left = left
+
+
 @dataclass(frozen=True)
 class Action:
     """What was being done when the API answered: it names the error for the user."""

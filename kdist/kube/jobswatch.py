@@ -23,15 +23,20 @@ from kdist.kube.reflector import Reflector
 from kdist.kube.sources import ApiSource
 from kdist.kube.tracker import JobState, Tracker
 from kdist.shared import labels as L
-from kdist.shared.errors import KdistError
+from kdist.shared.errors import KdistError, UsageError
+from kdist.shared.selectors import SelectorProblem, check_selector
 
 Key = tuple[str, str]  # (namespace, name)
 MANAGED = f"{L.MANAGED_BY}=kdist"
 
 
 def job_label_selector(selector: str = "") -> str:
-    """kdist's own jobs, narrowed by a user's label selector."""
-    return ",".join(s for s in (MANAGED, selector) if s)
+    """kdist's own jobs, narrowed by a user's label selector (UsageError if it is not one)."""
+    try:
+        check_selector(selector)
+    except SelectorProblem as e:
+        raise UsageError(str(e)) from None
+    return ",".join(s for s in (MANAGED, selector) if s.strip())
 
 
 def _key(obj: dict[str, Any]) -> Key:

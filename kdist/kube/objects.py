@@ -13,6 +13,8 @@ from datetime import datetime
 from typing import Any
 
 from kdist.shared import labels as L
+from kdist.shared.errors import ClusterError
+from kdist.shared.limits import MAX_NODES
 
 SUCCEEDED, FAILED, DELETED = "Succeeded", "Failed", "Deleted"
 
@@ -44,16 +46,21 @@ def pod_rank(pod: dict[str, Any]) -> int | None:
     replica_index = _rank_int(labels.get(L.KF_REPLICA_INDEX))
     if replica_type == "master":
         return 0
-    if replica_type == "worker" and replica_index is not None:
+    if replica_type == "worker" and replica_index is not None and \
+            replica_index + 1 < MAX_NODES:
         return replica_index + 1
     return None
 
 
 def _rank_int(value: Any) -> int | None:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
+    """A rank kdist can have (0 to MAX_NODES - 1), else None: a pod labelled otherwise is
+    not one of kdist's ranks."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)) or \
+            (isinstance(value, str) and not (value.isascii() and value.isdigit()
+                                             and len(value) <= 6)):
         return None
+    rank = int(value)
+    return rank if 0 <= rank < MAX_NODES else None
 
 
 def pod_selector(job: dict[str, Any]) -> str:
@@ -80,11 +87,47 @@ def job_pod_templates(obj: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def job_nodes(obj: dict[str, Any]) -> int | None:
-    spec = obj.get("spec") or {}
+    """How many node ranks the job has; None when it does not say, or says something no
+    kdist job can have (for a table; `checked_job_nodes` refuses such a job)."""
+    try:
+        return checked_job_nodes(obj)
+    except ClusterError:
+        return None
+
+
+def checked_job_nodes(obj: dict[str, Any]) -> int | None:
+    """How many node ranks the job has (None when it does not say); ClusterError when the
+    object says more than kdist's MAX_NODES, or not a count at all."""
+    spec: dict[str, Any] = obj.get("spec") or {}
     if obj.get("kind") == "PyTorchJob":
-        reps = (spec.get("pytorchReplicaSpecs") or {}).values()
-        return sum(int(r.get("replicas") or 1) for r in reps) or None
-    return spec.get("completions")
+        reps = spec.get("pytorchReplicaSpecs") or {}
+        if not isinstance(reps, dict):
+            raise _bad_answer(obj, "spec.pytorchReplicaSpecs", reps)
+        total = 0
+        for rtype, r in reps.items():
+            value = r.get("replicas", 1) if isinstance(r, dict) else r
+            where = f"spec.pytorchReplicaSpecs.{rtype}.replicas"
+            total += _count(obj, where, 1 if value is None else value, minimum=0)
+        return _count(obj, "spec.pytorchReplicaSpecs (replicas in all)", total) if total \
+            else None
+    value = spec.get("completions")
+    return None if value is None else _count(obj, "spec.completions", value)
+
+
+def _count(obj: dict[str, Any], where: str, value: Any, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or \
+            not minimum <= value <= MAX_NODES:
+        raise _bad_answer(obj, where, value)
+    return value
+
+
+def _bad_answer(obj: dict[str, Any], where: str, value: Any) -> ClusterError:
+    meta: dict[str, Any] = obj.get("metadata") or {}
+    shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+    return ClusterError(
+        f"the cluster's {obj.get('kind') or 'job'} {meta.get('name', '?')} in namespace "
+        f"{meta.get('namespace', '?')} says {where} is {shown}: not a node count a kdist "
+        f"job can have (1 to {MAX_NODES}); kdist does not follow it")
 
 
 def max_steps_from_args(args: Iterable[str]) -> int | None:
@@ -127,7 +170,7 @@ def job_phase(obj: dict[str, Any]) -> str:
             else "Suspended"
     if obj.get("kind") == "PyTorchJob":
         return "Running" if conditions.get("Running") == "True" else "Pending"
-    return "Running" if (status.get("ready") or 0) > 0 else "Pending"
+    return "Running" if count(status.get("ready")) > 0 else "Pending"
 
 
 def workload_state(workload: dict[str, Any]) -> tuple[str, str]:
@@ -204,10 +247,13 @@ class PodView:
     started: bool  # the main container has run (logs can be read)
 
 
-def _int(value: Any) -> int:
+def count(value: Any) -> int:
+    """A count from the cluster (restarts, ready pods): a non-negative int, else 0."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)) or len(str(value)) > 18:
+        return 0
     try:
         return max(0, int(value))
-    except (TypeError, ValueError):
+    except ValueError:
         return 0
 
 
@@ -262,8 +308,8 @@ def pod_view(pod: dict[str, Any]) -> PodView:
         uid=meta.get("uid") or meta.get("name", ""), name=meta.get("name", ""),
         rank=pod_rank(pod), created=meta.get("creationTimestamp") or "", phase=phase,
         reason=reason, node=(pod.get("spec") or {}).get("nodeName") or "",
-        restarts=int((cs or {}).get("restartCount") or 0),
-        earlier_pods=sum(_int(annotations.get(k)) for k in L.INDEX_FAILURES), exit_code=exit_code,
+        restarts=count((cs or {}).get("restartCount")),
+        earlier_pods=sum(count(annotations.get(k)) for k in L.INDEX_FAILURES), exit_code=exit_code,
         finished_at=finished, said=said, running="running" in state,
         started="running" in state or "terminated" in state,
     )

@@ -18,9 +18,10 @@ from kdist.kube.objects import (
     IMAGE_PULL_REASONS,
     SUCCEEDED,
     PodView,
+    checked_job_nodes,
+    count,
     job_kind_backend,
     job_max_steps,
-    job_nodes,
     parse_record,
     pod_view,
     terminal_condition,
@@ -90,10 +91,12 @@ class Tracker:
         meta = obj.get("metadata") or {}
         s.namespace = meta.get("namespace") or s.namespace
         s.kind, s.backend = job_kind_backend(obj)
-        s.nodes = job_nodes(obj) or s.nodes
+        # Bounded by kdist's own limits: ranks are made for every node up front.
+        s.nodes = checked_job_nodes(obj) or s.nodes
         s.max_steps = job_max_steps(obj)
         s.code = template_env(obj, E.CODE_SHA256)
-        s.max_restarts = int(m) if (m := template_env(obj, E.MAX_RESTARTS)).isdigit() else None
+        m = template_env(obj, E.MAX_RESTARTS)
+        s.max_restarts = count(m) if m.isascii() and m.isdigit() else None
         s.created = meta.get("creationTimestamp") or s.created
         for r in range(s.nodes or 0):
             s.rank(r)
@@ -223,7 +226,7 @@ class Tracker:
         state, last = cs.get("state") or {}, cs.get("lastState") or {}
         waiting, term = state.get("waiting") or {}, state.get("terminated") or {}
         last_term = last.get("terminated") or {}
-        restarts = int(cs.get("restartCount") or 0)
+        restarts = count(cs.get("restartCount"))
         out: list[str] = []
         reason = waiting.get("reason")
         if reason in IMAGE_PULL_REASONS:

@@ -18,12 +18,23 @@ class Interrupted(KeyboardInterrupt):
     """A KeyboardInterrupt that remembers the signal that raised it.
 
     ``kdist run --local`` passes a SIGTERM on to the nodes as SIGTERM (as a pod's
-    SIGTERM reaches its workers) and exits 143, not 130.
+    SIGTERM reaches its workers) and exits 143, not 130. One that stopped a
+    submission says what it did: `undone` lists the objects it deleted again,
+    `left` the ones it could not (each with why); `undone` is None otherwise.
     """
 
-    def __init__(self, signum: int) -> None:
+    def __init__(self, signum: int, *, undone: list[str] | None = None,
+                 left: list[str] | None = None) -> None:
         super().__init__(signal.Signals(signum).name)
         self.signum = signum
+        self.undone = undone
+        self.left = left or []
+
+
+class Held:
+    """The first signal `held` kept back (None while there is none)."""
+
+    signum: int | None = None
 
 
 def _raise(signum: int, frame: object) -> None:
@@ -48,3 +59,33 @@ def interruptible() -> Iterator[None]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+@contextmanager
+def held() -> Iterator[Held]:
+    """Within the block, SIGINT and SIGTERM are held back, not raised: the work in it (a
+    create request and its rollback) finishes, and the block may look at `Held.signum` to
+    stop early. The first signal held is raised as ``Interrupted`` when the block ends,
+    unless the block raised already. A second signal (GNU `timeout` sends two: to kdist
+    and to its process group) is one more of the same, not an abandoned rollback.
+    A signal its parent left ignored stays ignored. Main thread only.
+    """
+    pending = Held()
+    if threading.current_thread() is not threading.main_thread():
+        yield pending
+        return
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def hold(signum: int, frame: object) -> None:
+        if pending.signum is None and previous.get(signal.Signals(signum)) is not signal.SIG_IGN:
+            pending.signum = signum
+
+    for sig in previous:
+        signal.signal(sig, hold)
+    try:
+        yield pending
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+    if pending.signum is not None:
+        raise Interrupted(pending.signum)

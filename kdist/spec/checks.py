@@ -19,7 +19,6 @@ from kdist.spec.quantity import parse_quantity
 
 API_VERSION = "kdist/v1alpha1"
 KIND = "TrainingJob"
-MAX_NODES = 1000
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
 
@@ -72,6 +71,16 @@ def label_value(key: str, value: str) -> str:
             f"label {key!r}: value {value!r} must be at most 63 characters of letters, digits, "
             "'-', '_', '.', starting and ending with a letter or digit"
         )
+    return value
+
+
+def queue_name(value: str) -> str:
+    """A Kueue LocalQueue's name: Kueue refuses a queue-name label that is not a DNS-1123
+    subdomain (the name a LocalQueue can have), and a label value is at most 63."""
+    if len(value) > 63 or not DNS1123_SUBDOMAIN.fullmatch(value):
+        raise ValueError(f"queue {value!r} cannot name a Kueue LocalQueue: it must be a "
+                         "DNS-1123 subdomain of at most 63 characters (lower-case letters, "
+                         "digits, '-' and '.', starting and ending with a letter or digit)")
     return value
 
 

@@ -18,10 +18,10 @@ from pydantic import (
     model_validator,
 )
 
-from kdist.shared.labels import QUEUE
+from kdist.shared.limits import MAX_NODES
 from kdist.spec import checks as C
 from kdist.spec.affinity import Affinity, TopologySpreadConstraint
-from kdist.spec.checks import INT32_MAX, INT64_MAX, MAX_NODES
+from kdist.spec.checks import INT32_MAX, INT64_MAX
 from kdist.spec.overlay import check_overlay
 from kdist.spec.pod import ClaimSource, PodSettings, ScratchSource
 from kdist.spec.pod import PodModel as _Model
@@ -235,7 +235,7 @@ class Scheduling(_Model):
     @field_validator("queue")
     @classmethod
     def _queue(cls, v: str) -> str:
-        return C.label_value(QUEUE, v) if v else v
+        return C.queue_name(v) if v else v
 
 
 class JobSpec(_Model):

@@ -62,13 +62,16 @@ def kdist(api: FakeApi, kubeconfig: Path) -> Kdist:
 @pytest.fixture
 def kdist_proc(api: FakeApi, kubeconfig: Path) -> Kdist:
     """Run a kdist command as a child process, killed after `limit` seconds (or
-    `limit_after_request` seconds after its first request)."""
+    `limit_after_request` seconds after its first request), its address space capped at
+    `max_memory_mb`."""
 
     def run(*args: str, limit: float, kubeconfig: Path = kubeconfig,
             env: dict[str, str] | None = None,
-            limit_after_request: float | None = None) -> Outcome:
+            limit_after_request: float | None = None,
+            max_memory_mb: int | None = None) -> Outcome:
         outcome = run_process(api, kubeconfig, list(args), limit=limit, env=env,
-                              limit_after_request=limit_after_request)
+                              limit_after_request=limit_after_request,
+                              max_memory_mb=max_memory_mb)
         _guard(api, outcome)
         return outcome
 

@@ -105,9 +105,11 @@ class FakeApi:
     watch_scripts: dict[str, list[list[dict[str, Any]]]] = field(default_factory=dict)
     # One-shot hooks, by plural: run inside the request, so their effect is ordered
     # exactly against it. after_create gets the stored object (before the answer is sent);
-    # on_watch runs as a watch starts (before its first event).
+    # on_watch runs as a watch starts (before its first event); on_delete as a DELETE of
+    # one object arrives (before it is done).
     after_create: dict[str, Callable[[dict[str, Any]], None]] = field(default_factory=dict)
     on_watch: dict[str, Callable[[], None]] = field(default_factory=dict)
+    on_delete: dict[str, Callable[[], None]] = field(default_factory=dict)
     closing: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
@@ -304,6 +306,9 @@ class _Handler(BaseHTTPRequestHandler):
         if route.shape == "item" and ns is not None and method == "GET":
             return self._json(200, store.get(plural, ns, route.name))
         if route.shape == "item" and ns is not None and method == "DELETE":
+            delete_hook = api.on_delete.pop(plural, None)
+            if delete_hook is not None:
+                delete_hook()
             options = req.body if isinstance(req.body, dict) else {}
             propagation = req.query.get("propagationPolicy") or options.get(
                 "propagationPolicy") or "Background"

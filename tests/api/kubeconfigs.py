@@ -42,6 +42,25 @@ def _quoted(value: str) -> str:
     return json.dumps(value)
 
 
+def with_user(path: Path, server: str, user: dict[str, object]) -> Path:
+    """A kubeconfig whose one user is `user` (tokenFile, exec, client-key, ...), as JSON
+    (which YAML reads)."""
+    path.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "fake",
+        "clusters": [{"name": "fake", "cluster": {"server": server}}],
+        "users": [{"name": "fake", "user": user}],
+        "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake",
+                                                  "namespace": "default"}}]}))
+    return path
+
+
+def plugin(path: Path, script: str) -> Path:
+    """An exec credential plugin: a shell script (ExecCredential on stdout when it works)."""
+    path.write_text("#!/bin/sh\n" + script)
+    path.chmod(0o755)
+    return path
+
+
 def write_kubeconfig(path: Path, server: str, **kwargs: object) -> Path:
     path.write_text(kubeconfig_text(server, **kwargs))  # type: ignore[arg-type]
     return path

@@ -9,11 +9,13 @@ killed, a process can, and its peak memory can be measured.
 from __future__ import annotations
 
 import os
+import resource
 import subprocess
 import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -87,7 +89,8 @@ def run_inprocess(api: FakeApi, kubeconfig: Path, args: list[str], *,
 
 def run_process(api: FakeApi | None, kubeconfig: Path, args: list[str], *, limit: float,
                 env: dict[str, str] | None = None,
-                limit_after_request: float | None = None) -> Outcome:
+                limit_after_request: float | None = None,
+                max_memory_mb: int | None = None) -> Outcome:
     """`python -m kdist --kubeconfig KUBECONFIG ARGS...` as a child, killed after `limit`s
     (or `limit_after_request`s after its first request reached `api`).
 
@@ -95,6 +98,8 @@ def run_process(api: FakeApi | None, kubeconfig: Path, args: list[str], *, limit
     kubeconfig's directory. Output goes to files (a pipe nobody reads could block
     the child). Its peak memory is sampled from /proc while it runs (every 20 ms):
     getrusage's ru_maxrss would count the parent's memory the child had before exec.
+    `max_memory_mb` caps its address space (RLIMIT_AS): a run that would grow without
+    bound fails with MemoryError instead of taking the machine's memory.
     """
     full = ["--kubeconfig", str(kubeconfig), *args]
     child_env = {k: v for k, v in os.environ.items() if k not in _SCRUB}
@@ -109,7 +114,7 @@ def run_process(api: FakeApi | None, kubeconfig: Path, args: list[str], *, limit
         started = time.monotonic()
         proc = subprocess.Popen([sys.executable, "-m", "kdist", *full], stdout=out, stderr=err,
                                 stdin=subprocess.DEVNULL, env=child_env,
-                                cwd=kubeconfig.parent)
+                                cwd=kubeconfig.parent, preexec_fn=_address_space(max_memory_mb))
         timed_out, peak_kb = False, 0
         while True:
             peak_kb = max(peak_kb, _peak_rss_kb(proc.pid))
@@ -136,6 +141,16 @@ def run_process(api: FakeApi | None, kubeconfig: Path, args: list[str], *, limit
                    timed_out=timed_out,
                    after_first_request=None if first is None else ended - first,
                    ended_at=ended)
+
+
+def _address_space(megabytes: int | None) -> Callable[[], None] | None:
+    if megabytes is None:
+        return None
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (megabytes << 20, megabytes << 20))
+
+    return limit
 
 
 def _peak_rss_kb(pid: int) -> int:

@@ -64,3 +64,79 @@ def test_a_kubeconfig_that_is_not_yaml(api, kdist, tmp_path):
     out = kdist("list", kubeconfig=path)
     error_line(out, 2, str(path))
     assert out.requests == [], out.describe()
+
+
+# ---- the files and the plugin a kubeconfig names (issue 22) --------------------------------
+
+CREDENTIAL = ('{"apiVersion": "client.authentication.k8s.io/v1", "kind": "ExecCredential", '
+              '"status": {"token": "fake-token"}}')
+EXEC_API = "client.authentication.k8s.io/v1"
+
+
+@pytest.mark.parametrize("field", ["tokenFile", "client-key"])
+def test_a_fifo_named_by_the_kubeconfig_does_not_hang(api, kdist_proc, baseline, tmp_path,
+                                                      field):
+    pipe = kubeconfigs.fifo(tmp_path / "pipe")
+    user = {"tokenFile": str(pipe)} if field == "tokenFile" else {
+        "client-certificate": str(pipe), "client-key": str(pipe)}
+    path = kubeconfigs.with_user(tmp_path / "kc.yaml", api.url, user)
+    out = kdist_proc("list", kubeconfig=path, limit=baseline.seconds + KILL_AFTER)
+    assert not out.timed_out, f"kdist was still running; killed:\n{out.describe()}"
+    error_line(out, 2, str(pipe), "not a regular file")
+    assert out.requests == [], out.describe()
+
+
+def test_a_token_file_is_read_from_the_kubeconfigs_directory(api, kdist, tmp_path):
+    """As kubectl does: a relative tokenFile is next to the kubeconfig, not in the cwd."""
+    (tmp_path / "token").write_text("fake-token\n")
+    path = kubeconfigs.with_user(tmp_path / "kc.yaml", api.url, {"tokenFile": "token"})
+    out = kdist("list", kubeconfig=path)
+    assert out.code == 0, out.describe()
+    assert out.requests and all(r.headers.get("authorization") == "Bearer fake-token"
+                                for r in out.requests), out.describe()
+
+
+@pytest.mark.parametrize("what", ["directory", "huge", "binary"])
+def test_a_token_file_that_is_not_a_token_is_refused(api, kdist, tmp_path, what):
+    token = tmp_path / "token"
+    if what == "directory":
+        token.mkdir()
+    else:
+        token.write_bytes(b"\xff\xfe" if what == "binary" else b"x" * (2 << 20))
+    path = kubeconfigs.with_user(tmp_path / "kc.yaml", api.url, {"tokenFile": str(token)})
+    out = kdist("list", kubeconfig=path)
+    error_line(out, 2, str(token))
+    assert out.requests == [], out.describe()
+
+
+@pytest.mark.parametrize("script,said", [
+    ("echo 'token expired: run corp-login' >&2; exit 1", "token expired: run corp-login"),
+    ("echo 'not json'", "decode"),
+    ("echo '{\"apiVersion\": \"client.authentication.k8s.io/v1\", \"kind\": "
+     "\"ExecCredential\", \"status\": {}}'", "missing token"),
+])
+def test_a_failing_credential_plugin_fails_the_command(api, kdist, tmp_path, script, said):
+    """Not requests without credentials (a 401 that hides why): exit 3, the plugin's words."""
+    cmd = kubeconfigs.plugin(tmp_path / "corp-login", script)
+    path = kubeconfigs.with_user(tmp_path / "kc.yaml", api.url,
+                                 {"exec": {"apiVersion": EXEC_API, "command": str(cmd)}})
+    out = kdist("list", kubeconfig=path)
+    error_line(out, 3, "credential plugin", str(cmd), said)
+    assert out.requests == [], out.describe()
+
+
+def test_a_missing_credential_plugin_fails_the_command(api, kdist, tmp_path):
+    path = kubeconfigs.with_user(tmp_path / "kc.yaml", api.url, {
+        "exec": {"apiVersion": EXEC_API, "command": str(tmp_path / "no-such-plugin")}})
+    out = kdist("list", kubeconfig=path)
+    error_line(out, 3, "credential plugin", "no-such-plugin")
+    assert out.requests == [], out.describe()
+
+
+def test_a_working_credential_plugin_is_used(api, kdist, tmp_path):
+    cmd = kubeconfigs.plugin(tmp_path / "corp-login", f"echo '{CREDENTIAL}'")
+    path = kubeconfigs.with_user(tmp_path / "kc.yaml", api.url,
+                                 {"exec": {"apiVersion": EXEC_API, "command": str(cmd)}})
+    out = kdist("list", kubeconfig=path)
+    assert out.code == 0, out.describe()
+    assert out.requests[0].headers.get("authorization") == "Bearer fake-token", out.describe()

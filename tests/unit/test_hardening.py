@@ -172,6 +172,19 @@ def test_kubernetes_rules_caught_early(body, fragment):
     refused(job(body), fragment)
 
 
+@pytest.mark.parametrize("queue", ["Team-A", "q_1", "q.", ".q", "a..b", "-q", "q" * 64])
+def test_queue_names_no_localqueue_can_have_are_refused(queue):
+    """Each is a valid label value, but Kueue refuses a queue-name label that is not a
+    DNS-1123 subdomain: the job would be created and never admitted."""
+    refused(job(f"  scheduling: {{queue: '{queue}'}}\n"), "spec.scheduling.queue", "DNS-1123")
+
+
+@pytest.mark.parametrize("queue", ["team-a", "team.a", "q1", "0", "q" * 63])
+def test_localqueue_names_are_accepted(queue):
+    assert parse_job(job(f"  scheduling: {{queue: '{queue}'}}\n"),
+                     "job.yaml").spec.scheduling.queue == queue
+
+
 @pytest.mark.parametrize("key", ["/x", "job-name", "controller-uid", "batch.kubernetes.io/x",
                                  "app.kubernetes.io/name", "kdist.dev/anything",
                                  "kueue.x-k8s.io/queue-name"])

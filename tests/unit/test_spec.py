@@ -103,7 +103,7 @@ def test_gpus_make_auto_backend_nccl():
          "spec.checkpoint.volume", "exactly one"),
         ({"spec.scheduling": {"tolerations": [{"operator": "Equal"}]}},
          "spec.scheduling.tolerations[0]", "without key"),
-        ({"spec.scheduling": {"queue": "bad queue"}}, "spec.scheduling.queue", "value"),
+        ({"spec.scheduling": {"queue": "bad queue"}}, "spec.scheduling.queue", "DNS-1123"),
         ({"spec.scheduling": {"priorityClassName": "Nope!"}},
          "spec.scheduling.priorityClassName", "DNS-1123"),
         ({"spec.ttlSecondsAfterFinished": -5}, "spec.ttlSecondsAfterFinished", ">= 0"),
