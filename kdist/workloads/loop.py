@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from kdist.runtime.preemption import Preempted, preemption_requested
@@ -29,11 +30,14 @@ class Saver:
     meta: Callable[[], Mapping[str, Any]] = dict
 
     def __call__(self, step: int, loss: float | None) -> None:
-        path = self.ckpt.save(step, self.shards(step), {"loss": loss, **self.meta()})
+        path = self.write(step, {"loss": loss, **self.meta()})
         if self.d.rank == 0:
             log_event("checkpoint", step=step, path=str(path), rank=self.d.rank,
                       world_size=self.d.world_size)
         self.meter.pause_clock()  # saving is not training time
+
+    def write(self, step: int, meta: dict[str, Any]) -> Path:
+        return self.ckpt.save(step, self.shards(step), meta)
 
 
 def run_steps(args: argparse.Namespace, d: Dist, *, start: int, loss: float | None,
