@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kdist.runtime.preemption import Preempted, preemption_requested
+from kdist.runtime.preemption import Preempted, StopVote
 from kdist.workloads.checkpoint import Checkpointer
 from kdist.workloads.common import Dist, Meter, after_step, log_event
 
@@ -49,6 +49,7 @@ def run_steps(args: argparse.Namespace, d: Dist, *, start: int, loss: float | No
     ``Preempted`` once every rank agreed to stop (a SIGTERM), after saving that step.
     """
     saved = start
+    vote = StopVote()
     for n in range(start + 1, args.max_steps + 1):
         step(n)
         if n % args.log_every == 0 or n == args.max_steps:
@@ -60,13 +61,15 @@ def run_steps(args: argparse.Namespace, d: Dist, *, start: int, loss: float | No
         if save is not None and args.checkpoint_every and n % args.checkpoint_every == 0:
             save(n, loss)
             saved = n
-        # One tiny all-reduce per step: a SIGTERM on any rank stops every rank here,
-        # after this step, saved, so a drain or an eviction loses no step.
-        if n < args.max_steps and preemption_requested():
+        # A SIGTERM on any rank stops every rank here, after the same step (at most two
+        # steps later: the vote is read a step after it started, so it never waits), and
+        # that step is saved: a drain or an eviction loses no step.
+        if n < args.max_steps and vote.poll():
             if save is not None and saved != n:
                 save(n, loss)
             log_event("preempted", step=n, rank=d.rank, world_size=d.world_size)
             raise Preempted(n)
+    vote.close()
     if save is not None and saved < args.max_steps:
         save(args.max_steps, loss)
     log_event("done", step=max(start, args.max_steps), loss=loss, rank=d.rank,

@@ -318,3 +318,24 @@ def test_a_damaged_newest_dcp_checkpoint_falls_back_to_the_one_before(damage, tm
     resumed = [json.loads(line) for line in out.splitlines() if '"resume"' in line]
     assert [e["step"] for e in resumed] == [3]
     assert "step-6 rejected" in err
+
+
+@pytest.mark.timeout(300)
+def test_a_sigterm_to_one_node_stops_both_ranks_at_one_step_saved_and_resumed(tmp_path):
+    """Zero-loss preemption through the shared loop: no checkpoint but the preempted step's."""
+    from test_preemption import events, sigterm_node_1_after_first_step, start
+
+    args = ["--module", "kdist.workloads.fsdp", "--", *TINY, "--max-steps", "40",
+            "--log-every", "2", "--checkpoint-every", "1000", "--batch-size", "8",
+            "--step-delay", "0.05"]
+    proc = start(args, restarts=1, ckpt=str(tmp_path))
+    lines = sigterm_node_1_after_first_step(proc)
+    text = "\n".join(lines)
+    assert proc.returncode == 0, text
+    stopped = events(lines, "preempted")
+    assert sorted(e["rank"] for e in stopped) == [0, 1], text
+    assert len({e["step"] for e in stopped}) == 1, stopped
+    resumed = events(lines, "resume")
+    assert sorted((e["rank"], e["step"]) for e in resumed) == [(0, stopped[0]["step"]),
+                                                               (1, stopped[0]["step"])]
+    assert [e["step"] for e in events(lines, "done")] == [40, 40]
