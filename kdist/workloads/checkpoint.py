@@ -103,6 +103,27 @@ class Checkpointer:
     def _tmp(self, step: int) -> Path:
         return self.dir / f".tmp-{self.token}-step-{step}"
 
+    def require_shared(self, device: torch.device | None = None) -> None:
+        """Exit with a message on every rank unless every rank sees rank 0's directory.
+
+        DCP checkpoints have a file per rank in one directory: a volume per pod
+        (an emptyDir) would leave each pod's shards where no other rank can read them.
+        """
+        probe = self.dir / f".tmp-{self.token}-shared"
+        if self.rank == 0:
+            write_atomic(probe, b"")
+        dist.barrier()
+        flag = torch.tensor([1 if probe.exists() else 0], dtype=torch.int32, device=device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+        dist.barrier()
+        if self.rank == 0:
+            probe.unlink()
+        if flag.item() == 0:
+            sys.exit(f"kdist: rank {self.rank}: the checkpoint directory {self.dir} is not "
+                     "shared by every rank (spec.checkpoint.volume: use a volume every pod "
+                     "mounts, e.g. a ReadWriteMany persistentVolumeClaim); each rank writes "
+                     "its own shards there")
+
     def save(self, step: int, shards: Mapping[str, Any], meta: Mapping[str, Any]) -> Path:
         """Write this rank's shards; rank 0 publishes ``step-N/`` and moves ``latest``."""
         tmp = self._tmp(step)

@@ -113,6 +113,7 @@ def train(args: argparse.Namespace, d: Dist, dp: int) -> None:
         if args.checkpoint_dir else None
     start, loss = 0, None
     if ckpt is not None:
+        ckpt.require_shared(d.device)
         state = torchapi.train_state(model, opt)
         loaded = ckpt.load_dcp(lambda path: torchapi.load(state, path), device=d.device)
         if loaded is None:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from disttools import Run, assert_ok, free_port, run_job
+from disttools import Run, assert_ok, free_port, node_env, run_envs, run_job
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
 from kdist.local import run_local
@@ -339,3 +339,14 @@ def test_a_sigterm_to_one_node_stops_both_ranks_at_one_step_saved_and_resumed(tm
     assert sorted((e["rank"], e["step"]) for e in resumed) == [(0, stopped[0]["step"]),
                                                                (1, stopped[0]["step"])]
     assert [e["step"] for e in events(lines, "done")] == [40, 40]
+
+
+@pytest.mark.timeout(120)
+def test_a_checkpoint_directory_per_pod_is_refused_with_a_clear_message(tmp_path):
+    port = free_port()
+    envs = [node_env(2, 1, i, port, KDIST_CHECKPOINT_DIR=str(tmp_path / f"pod-{i}"))
+            for i in range(2)]
+    run = run_envs(["--module", "kdist.workloads.fsdp", "--", *TINY, *STEPS], envs)
+    assert run.code != 0
+    assert "is not shared by every rank (spec.checkpoint.volume" in run.text
+    assert not run.events("step")
