@@ -13,7 +13,8 @@ Per round, in this order (A B C D E F, A B C D E F, ...):
   per-sample DataLoader batches over a Python list), read as unique samples/s;
 - kdist with ``--grad-compression bf16`` (gradients all-reduced in bf16).
 
-Every process gets OMP_NUM_THREADS=1 (one core per rank). Throughput is rank 0's
+At least 5 rounds (``ROUNDS``), whatever ``--rounds`` says. Every process gets
+OMP_NUM_THREADS=1 (one core per rank). Throughput is rank 0's
 ``samples_per_s`` at its best step line after the warm-up ones (see
 ``harness.steady_rate``); ratios are per round, then the median.
 """
@@ -38,6 +39,7 @@ from bench.harness import (
     steady_rate,
 )
 
+ROUNDS = 5  # the floor for kdist_vs_reference's median (issue 27)
 EVERY, SKIP = 10, 2  # step lines every 10 steps; the first 20 steps are warm-up
 MODEL = "MLP 64-512x4-10 (0.8M params), batch 256 per rank, SGD momentum, 65,536 samples"
 KDIST = "python -m kdist.launch --module kdist.workloads.ddp (1 node x 2 procs, gloo)"
@@ -102,6 +104,7 @@ def _two_alone(steps: int) -> float:
 
 def run(ctx: Ctx) -> dict[str, Measured]:
     steps = 60 if ctx.quick else 100
+    rounds = max(ctx.rounds, ROUNDS)
     v = interleave({
         "kdist": lambda: _kdist2(steps),
         "reference": lambda: _torchrun("reference_ddp.py", steps),
@@ -109,12 +112,12 @@ def run(ctx: Ctx) -> dict[str, Measured]:
         "two-1rank-at-once": lambda: _two_alone(steps),
         "seed-unique": lambda: _torchrun("seed_ddp.py", steps, "unique_samples_per_s"),
         "kdist-bf16-compression": lambda: _kdist2(steps, "--grad-compression", "bf16"),
-    }, ctx.rounds, ctx.say)
+    }, rounds, ctx.say)
     weak = [k2 / (2 * k1) for k2, k1 in zip(v["kdist"], v["kdist-1rank"], strict=True)]
     ceiling = [t / (2 * k1) for t, k1 in zip(v["two-1rank-at-once"], v["kdist-1rank"],
                                              strict=True)]
     spread = (f"{steps} steps per run, first {EVERY * SKIP} skipped, best {EVERY}-step interval; "
-              f"{ctx.rounds} interleaved rounds")
+              f"{rounds} interleaved rounds")
     return {
         "ddp.kdist_vs_reference": Measured(median(ratios(v["kdist"], v["reference"])),
                                            ratios(v["kdist"], v["reference"]), spread),

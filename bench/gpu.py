@@ -9,6 +9,13 @@ model (table below; an unknown GPU gets samples/s and TFLOP/s only). The
 workload trains in fp32 (it has no bf16/autocast flag), so the share of the
 bf16 peak is bounded by the GPU's fp32/tf32 rate: the figure says how far
 the workload is from what the hardware offers, not how well NCCL scales.
+
+FSDP2 bf16: ``kdist.workloads.fsdp --dtype bf16`` (bf16 parameters, compute and
+gradient reduce-scatter, fp32 master weights) on a 24-block transformer of
+width 2048 (1.3B parameters incl. embeddings), 1024 tokens per sample. Model
+FLOPs per token = 6 x parameters (less the embedding's) + 12 x layers x seq x width (attention's
+score and value matmuls, forward and backward); the share of the bf16 peak
+is that MFU.
 """
 
 from __future__ import annotations
@@ -41,10 +48,23 @@ MODEL = (f"MLP {FEATURES}-{HIDDEN}x{LAYERS}-{CLASSES} ({PARAMS / 1e6:.0f}M param
          f"batch {BATCH} per GPU, fp32")
 KDIST = f"python -m kdist.launch --module kdist.workloads.ddp (1 process per GPU, nccl); {MODEL}"
 
+T_VOCAB, T_SEQ, T_WIDTH, T_HEADS, T_LAYERS, T_BATCH = 32000, 1024, 2048, 16, 24, 8
+T_PARAMS = T_LAYERS * 12 * T_WIDTH * T_WIDTH + 2 * T_VOCAB * T_WIDTH + T_SEQ * T_WIDTH
+# The embedding is a lookup, no matmul: its parameters do no FLOPs.
+T_FLOPS_PER_SAMPLE = T_SEQ * (6 * (T_PARAMS - (T_VOCAB + T_SEQ) * T_WIDTH)
+                              + 12 * T_LAYERS * T_SEQ * T_WIDTH)
+FSDP = (f"python -m kdist.launch --module kdist.workloads.fsdp --dtype bf16 (1 process per "
+        f"GPU, nccl); transformer {T_LAYERS} x {T_WIDTH} ({T_PARAMS / 1e9:.1f}B params), "
+        f"seq {T_SEQ}, batch {T_BATCH} per GPU")
+
 FIGURES = [
     Spec("gpu.ddp_samples_per_s", "DDP with NCCL, all GPUs", "samples/s", KDIST, "(absolute)"),
     Spec("gpu.ddp_bf16_peak_fraction", "achieved model FLOP/s / GPUs' dense bf16 peak",
          "fraction", KDIST, "bf16 dense peak x GPUs (datasheet)"),
+    Spec("gpu.fsdp_bf16_samples_per_s", "FSDP2 bf16 with NCCL, all GPUs", "samples/s", FSDP,
+         "(absolute)"),
+    Spec("gpu.fsdp_bf16_peak_fraction", "FSDP2 bf16: model FLOP/s / GPUs' dense bf16 peak (MFU)",
+         "fraction", FSDP, "bf16 dense peak x GPUs (datasheet)"),
 ]
 
 
@@ -67,6 +87,30 @@ def _peak(name: str) -> float | None:
     return found[0] if found else None
 
 
+def _rates(ctx: Ctx, module: str, args: list[str]) -> list[float]:
+    rates = []
+    for r in range(ctx.rounds):
+        env = clean_env(4, KDIST_NNODES="1", KDIST_NPROC_PER_NODE="auto",
+                        KDIST_MASTER_ADDR="127.0.0.1", KDIST_MASTER_PORT=str(free_port()),
+                        KDIST_DIST_BACKEND="nccl", KDIST_JOB_NAME="bench-gpu")
+        run = run_json([PYTHON, "-m", "kdist.launch", "--module", module, "--", *args],
+                       env=env, timeout=600)
+        rates.append(steady_rate(run, skip=2))
+        ctx.say(f"    {module} run {r + 1}/{ctx.rounds}: {rates[-1]:,.1f} samples/s")
+    if not rates:
+        raise BenchError("no runs")
+    return rates
+
+
+def _share(rate: float, rates: list[float], flops_per_sample: float, gpus: dict,
+           peak: float | None) -> tuple[Measured, Measured]:
+    tflops = rate * flops_per_sample / 1e12
+    note = f"{gpus['n']} x {gpus['name']}; {tflops:.1f} TFLOP/s achieved"
+    fraction = Measured(None, skipped=f"no bf16 peak on file for {gpus['name']!r}; {note}") \
+        if peak is None else Measured(tflops / (peak * gpus["n"]), [], note)
+    return Measured(rate, rates, note), fraction
+
+
 def run(ctx: Ctx) -> dict[str, Measured]:
     gpus = _probe()
     if not gpus["ok"]:
@@ -76,22 +120,15 @@ def run(ctx: Ctx) -> dict[str, Measured]:
             "--hidden", str(HIDDEN), "--layers", str(LAYERS), "--features", str(FEATURES),
             "--classes", str(CLASSES), "--dataset-size", str(BATCH * gpus["n"] * 16),
             "--checkpoint-every", "0"]
-    rates = []
-    for r in range(ctx.rounds):
-        env = clean_env(4, KDIST_NNODES="1", KDIST_NPROC_PER_NODE="auto",
-                        KDIST_MASTER_ADDR="127.0.0.1", KDIST_MASTER_PORT=str(free_port()),
-                        KDIST_DIST_BACKEND="nccl", KDIST_JOB_NAME="bench-gpu")
-        run = run_json([PYTHON, "-m", "kdist.launch", "--module", "kdist.workloads.ddp", "--",
-                        *args], env=env, timeout=600)
-        rates.append(steady_rate(run, skip=2))
-        ctx.say(f"    run {r + 1}/{ctx.rounds}: {rates[-1]:,.0f} samples/s")
-    if not rates:
-        raise BenchError("no runs")
-    rate = median(rates)
     peak = _peak(gpus["name"])
-    tflops = rate * 6 * PARAMS / 1e12
-    note = f"{gpus['n']} x {gpus['name']}; {tflops:.1f} TFLOP/s achieved"
-    fraction = Measured(None, skipped=f"no bf16 peak on file for {gpus['name']!r}; {note}") \
-        if peak is None else Measured(tflops / (peak * gpus["n"]), [], note)
-    return {"gpu.ddp_samples_per_s": Measured(rate, rates, note),
-            "gpu.ddp_bf16_peak_fraction": fraction}
+    rates = _rates(ctx, "kdist.workloads.ddp", args)
+    ddp, ddp_share = _share(median(rates), rates, 6 * PARAMS, gpus, peak)
+    fsdp_args = ["--max-steps", str(steps // 5 + 10), "--log-every", "5",
+                 "--batch-size", str(T_BATCH), "--dtype", "bf16", "--vocab", str(T_VOCAB),
+                 "--seq-len", str(T_SEQ), "--hidden", str(T_WIDTH), "--heads", str(T_HEADS),
+                 "--layers", str(T_LAYERS), "--dataset-size", str(T_BATCH * gpus["n"] * 8),
+                 "--checkpoint-every", "0"]
+    rates = _rates(ctx, "kdist.workloads.fsdp", fsdp_args)
+    fsdp, fsdp_share = _share(median(rates), rates, T_FLOPS_PER_SAMPLE, gpus, peak)
+    return {"gpu.ddp_samples_per_s": ddp, "gpu.ddp_bf16_peak_fraction": ddp_share,
+            "gpu.fsdp_bf16_samples_per_s": fsdp, "gpu.fsdp_bf16_peak_fraction": fsdp_share}

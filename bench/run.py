@@ -25,6 +25,7 @@ BENCHMARKS = {
     "cli": "bench.cli",
     "ddp": "bench.ddp",
     "pipeline": "bench.pipeline",
+    "fsdp": "bench.fsdp",
     "cluster": "bench.cluster",
     "workdir": "bench.workdir",
     "watch": "bench.watch",

@@ -4,13 +4,16 @@ A pod that is evicted, drained, preempted or deleted gets SIGTERM, and
 ``terminationGracePeriodSeconds`` before SIGKILL; the launcher passes the
 SIGTERM on to its workers. A rank that only dies loses every step since the
 last checkpoint. With this module the rank notes the request instead, and
-at the end of its current step all ranks agree (one all-reduce of a flag)
-that one of them was asked to stop; they save at that step and exit
-``PREEMPTED`` (143, retryable): the gang restarts and resumes from exactly
-that step. The ranks on pods that were not signalled stop too, since the
-gang restarts as a whole anyway.
+all ranks agree (one all-reduce of a flag) that one of them was asked to
+stop; they save at one step and exit ``PREEMPTED`` (143, retryable): the
+gang restarts and resumes from exactly that step. The ranks on pods that
+were not signalled stop too, since the gang restarts as a whole anyway.
 
-kdist's workloads do this at every step. A script uses the same::
+kdist's workloads vote with ``StopVote``: after step N each rank starts the
+all-reduce without waiting for it, and reads it after step N+1, by when it
+has long arrived; so the agreement costs the step no wait (no barrier per
+step), and every rank stops after the same step, at most two steps after
+the SIGTERM. A script can do the same, or call the plain helper::
 
     import sys, kdist
 
@@ -107,3 +110,58 @@ def preemption_requested(group: Any = None) -> bool:
     if agreed:
         _requested.set()  # this rank stops too, whoever was signalled
     return agreed
+
+
+class StopVote:
+    """``preemption_requested`` a step late, at no wait: call ``poll()`` once per step.
+
+    ``poll()`` after step N reads the vote started after step N-1 (done while step
+    N ran) and starts this step's; True (on every rank after the same step) once
+    any rank was asked to stop. Collective like ``preemption_requested``; call
+    ``close()`` after the last step, so no vote is left in flight.
+    """
+
+    def __init__(self, group: Any = None) -> None:
+        self.group = group
+        self._pending: tuple[Any, Any, Any] | None = None  # (work, flag, CUDA event or None)
+
+    def poll(self) -> bool:
+        install()
+        import torch
+        import torch.distributed as dist
+
+        if not (dist.is_available() and dist.is_initialized()):
+            return requested_here()
+        if self._read():
+            _requested.set()  # this rank stops too, whoever was signalled
+            return True
+        device = _flag_device(self.group)
+        flag = torch.tensor([1 if requested_here() else 0], dtype=torch.int32, device=device)
+        work = dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.group, async_op=True)
+        event = None
+        if device.type == "cuda":
+            # Read through a pinned copy and an event recorded now, so reading it next
+            # step waits for this step's queue only, not for the next step's kernels.
+            work.wait()  # on the GPU: the copy below queues after the all-reduce
+            host = torch.empty(1, dtype=torch.int32, pin_memory=True)
+            host.copy_(flag, non_blocking=True)
+            flag = host
+            event = torch.cuda.Event()
+            event.record()
+        self._pending = (work, flag, event)
+        return False
+
+    def _read(self) -> bool:
+        if self._pending is None:
+            return False
+        work, flag, event = self._pending
+        self._pending = None
+        if event is not None:
+            event.synchronize()
+        else:
+            work.wait()
+        return bool(flag.item())
+
+    def close(self) -> None:
+        """Finish the vote in flight (its answer no longer matters)."""
+        self._read()

@@ -4,6 +4,7 @@ Layout of the checkpoint directory::
 
     step-40/                 one complete checkpoint
         state.pt             one file per shard (DDP: ``state``; pipeline: ``stage-S``)
+                             (fsdp: DCP's files, ``__R_0.distcp`` per rank and ``.metadata``)
         MANIFEST.json        {"step": 40, "files": {"state.pt": {"sha256": ..., "bytes": ...}}, ...}
     latest                   "step-40": replaced (os.replace) only once step-40/ is complete
     .tmp-<token>-step-60/    being written; renamed to step-60/ when every shard is in
@@ -26,7 +27,7 @@ import shutil
 import sys
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,7 @@ import torch.distributed as dist
 
 LATEST = "latest"
 MANIFEST = "MANIFEST.json"
+FORMAT, DCP = "format", "dcp"  # meta of a checkpoint torch.distributed.checkpoint wrote
 _STEP_DIR = re.compile(r"step-(\d+)")
 
 
@@ -101,6 +103,27 @@ class Checkpointer:
     def _tmp(self, step: int) -> Path:
         return self.dir / f".tmp-{self.token}-step-{step}"
 
+    def require_shared(self, device: torch.device | None = None) -> None:
+        """Exit with a message on every rank unless every rank sees rank 0's directory.
+
+        DCP checkpoints have a file per rank in one directory: a volume per pod
+        (an emptyDir) would leave each pod's shards where no other rank can read them.
+        """
+        probe = self.dir / f".tmp-{self.token}-shared"
+        if self.rank == 0:
+            write_atomic(probe, b"")
+        dist.barrier()
+        flag = torch.tensor([1 if probe.exists() else 0], dtype=torch.int32, device=device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+        dist.barrier()
+        if self.rank == 0:
+            probe.unlink()
+        if flag.item() == 0:
+            sys.exit(f"kdist: rank {self.rank}: the checkpoint directory {self.dir} is not "
+                     "shared by every rank (spec.checkpoint.volume: use a volume every pod "
+                     "mounts, e.g. a ReadWriteMany persistentVolumeClaim); each rank writes "
+                     "its own shards there")
+
     def save(self, step: int, shards: Mapping[str, Any], meta: Mapping[str, Any]) -> Path:
         """Write this rank's shards; rank 0 publishes ``step-N/`` and moves ``latest``."""
         tmp = self._tmp(step)
@@ -113,6 +136,33 @@ class Checkpointer:
             data = buf.getvalue()
             write_atomic(tmp / f"{name}.pt", data)
             entries[f"{name}.pt"] = {"sha256": _sha256(data), "bytes": len(data)}
+        return self._publish(step, tmp, entries, dict(meta))
+
+    def save_dcp(self, step: int, write: Callable[[Path], None],
+                 meta: Mapping[str, Any]) -> Path:
+        """Like ``save``, for a DCP checkpoint: ``write(directory)`` (a collective, e.g.
+        ``dcp.save``) puts every rank's shards there; the ranks then hash its files
+        between them, and rank 0 publishes ``step-N/`` as ``save`` does."""
+        tmp = self._tmp(step)
+        tmp.mkdir(parents=True, exist_ok=True)
+        write(tmp)
+        dist.barrier()  # every rank's files are in before anyone lists them
+        names = self._my_share([p.name for p in sorted(tmp.iterdir()) if p.name != MANIFEST]
+                               if self.rank == 0 else None)
+        entries = {}
+        for name in names:
+            data = (tmp / name).read_bytes()
+            entries[name] = {"sha256": _sha256(data), "bytes": len(data)}
+        return self._publish(step, tmp, entries, {**meta, FORMAT: DCP})
+
+    def _my_share(self, names: list[str] | None) -> list[str]:
+        """Rank 0's list of files, cut so that each rank gets every world-th one."""
+        box = [names]
+        dist.broadcast_object_list(box, src=0)
+        return (box[0] or [])[self.rank :: dist.get_world_size()]
+
+    def _publish(self, step: int, tmp: Path, entries: dict[str, dict[str, Any]],
+                 meta: dict[str, Any]) -> Path:
         gathered: list[dict[str, dict[str, Any]] | None] = [None] * dist.get_world_size()
         dist.all_gather_object(gathered, entries)
         final = self.dir / f"step-{step}"
@@ -120,7 +170,7 @@ class Checkpointer:
             files: dict[str, dict[str, Any]] = {}
             for part in gathered:
                 files.update(part or {})
-            manifest = {"step": step, "files": files, "meta": dict(meta), "time": time.time()}
+            manifest = {"step": step, "files": files, "meta": meta, "time": time.time()}
             tmp.mkdir(parents=True, exist_ok=True)
             write_atomic(tmp / MANIFEST, json.dumps(manifest, indent=1).encode())
             if final.exists():  # a dead run's (maybe corrupt) checkpoint of this step
@@ -198,6 +248,43 @@ class Checkpointer:
             dist.all_reduce(flag, op=dist.ReduceOp.MIN)
             if flag.item() == 1:
                 return Loaded(manifest["step"], name, shards, manifest.get("meta", {}))
+            if self.rank == 0:
+                _warn(f"checkpoint {name} rejected; trying an older one")
+        return None
+
+    def load_dcp(self, read: Callable[[Path], None],
+                 device: torch.device | None = None) -> Loaded | None:
+        """Load the newest DCP checkpoint that verifies: ``read(directory)`` (a collective,
+        e.g. ``dcp.load``) runs once every rank checked its share of the files.
+
+        Any world size can read what any other wrote (DCP reshards); a checkpoint
+        that fails to verify, or that ``read`` rejects, gives way to the next older.
+        """
+        candidates = [self._candidates() if self.rank == 0 else None]
+        dist.broadcast_object_list(candidates, src=0)
+        for name, manifest in candidates[0] or []:
+            ok = 1
+            try:
+                if manifest.get("meta", {}).get(FORMAT) != DCP:
+                    raise ValueError("not a DCP checkpoint (another workload's?)")
+                files = sorted(manifest["files"])
+                for file in files[self.rank :: dist.get_world_size()]:
+                    data = (self.dir / name / file).read_bytes()
+                    if _sha256(data) != manifest["files"][file]["sha256"]:
+                        raise ValueError(f"{file} does not match its sha256")
+            except Exception as e:
+                _warn(f"checkpoint {self.dir / name} unusable on rank {self.rank}: {e}")
+                ok = 0
+            flag = torch.tensor([ok], dtype=torch.int32, device=device)
+            dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+            if flag.item() == 1:
+                try:
+                    read(self.dir / name)
+                    meta = manifest.get("meta", {})
+                    return Loaded(manifest["step"], name, {}, meta)
+                except Exception as e:  # DCP's load fails on every rank alike
+                    _warn(f"checkpoint {self.dir / name} did not load: "
+                          f"{' '.join(str(e).split())[:300]}")
             if self.rank == 0:
                 _warn(f"checkpoint {name} rejected; trying an older one")
         return None

@@ -36,23 +36,9 @@ FAULT_ENV = E.FAULT_KILL_AT
 
 
 def add_common_args(parser: argparse.ArgumentParser) -> None:
-    """The flags every kdist workload takes (README, "The training side"), and the model shape."""
+    """The flags every kdist workload takes (README, "The training side"), and the MLP's shape."""
+    add_loop_args(parser)
     add = parser.add_argument
-    add("--max-steps", type=int, default=200, help="optimizer steps in total (default 200)")
-    add("--batch-size", type=int, default=256,
-        help="samples per step per data-parallel replica (default 256)")
-    add("--lr", type=float, default=0.1, help="SGD learning rate (default 0.1)")
-    add("--momentum", type=float, default=0.9, help="SGD momentum (default 0.9)")
-    add("--seed", type=int, default=0, help="seeds the model, the data and the sampler")
-    add("--log-every", type=int, default=20, help="one JSON step line per N steps")
-    add("--checkpoint-every", type=int, default=100,
-        help="checkpoint every N steps, and at the end; 0 = only at the end")
-    add("--checkpoint-dir", default=os.environ.get(E.CHECKPOINT_DIR) or None,
-        help="default: $KDIST_CHECKPOINT_DIR; no checkpoints when unset")
-    add("--keep-checkpoints", type=int, default=2, help="complete checkpoints kept; 0 = all")
-    add("--step-delay", type=float, default=0.0,
-        help="seconds to sleep after each step, to pace demos and fault drills (default 0)")
-    add("--dataset-size", type=int, default=65536, help="synthetic samples (default 65536)")
     add("--features", type=int, default=64, help="input features (default 64)")
     add("--classes", type=int, default=10, help="classes (default 10)")
     add("--hidden", type=int, default=512, help="hidden width of the MLP (default 512)")
@@ -63,10 +49,31 @@ def add_common_args(parser: argparse.ArgumentParser) -> None:
              "stay fp32 (default fp32)")
 
 
+def add_loop_args(parser: argparse.ArgumentParser) -> None:
+    """The flags of the step loop, checkpoints and data size, whatever the model."""
+    add = parser.add_argument
+    add("--max-steps", type=int, default=200, help="optimizer steps in total (default 200)")
+    add("--batch-size", type=int, default=256,
+        help="samples per step per data-parallel replica (default 256)")
+    add("--lr", type=float, default=0.1, help="learning rate (default %(default)s)")
+    add("--momentum", type=float, default=0.9,
+        help="SGD momentum; AdamW's beta1 where the optimizer is AdamW (default 0.9)")
+    add("--seed", type=int, default=0, help="seeds the model, the data and the sampler")
+    add("--log-every", type=int, default=20, help="one JSON step line per N steps")
+    add("--checkpoint-every", type=int, default=100,
+        help="checkpoint every N steps, and at the end; 0 = only at the end")
+    add("--checkpoint-dir", default=os.environ.get(E.CHECKPOINT_DIR) or None,
+        help="default: $KDIST_CHECKPOINT_DIR; no checkpoints when unset")
+    add("--keep-checkpoints", type=int, default=2, help="complete checkpoints kept; 0 = all")
+    add("--step-delay", type=float, default=0.0,
+        help="seconds to sleep after each step, to pace demos and fault drills (default 0)")
+    add("--dataset-size", type=int, default=65536, help="synthetic samples (default 65536)")
+
+
 def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     for name in ("max_steps", "log_every", "batch_size", "dataset_size", "features",
                  "classes", "hidden", "layers"):
-        if getattr(args, name) < 1:
+        if getattr(args, name, 1) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1")
     if args.checkpoint_every < 0:
         parser.error("--checkpoint-every must be >= 0")

@@ -11,9 +11,10 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from kdist.runtime.preemption import Preempted, preemption_requested
+from kdist.runtime.preemption import Preempted, StopVote
 from kdist.workloads.checkpoint import Checkpointer
 from kdist.workloads.common import Dist, Meter, after_step, log_event
 
@@ -29,11 +30,14 @@ class Saver:
     meta: Callable[[], Mapping[str, Any]] = dict
 
     def __call__(self, step: int, loss: float | None) -> None:
-        path = self.ckpt.save(step, self.shards(step), {"loss": loss, **self.meta()})
+        path = self.write(step, {"loss": loss, **self.meta()})
         if self.d.rank == 0:
             log_event("checkpoint", step=step, path=str(path), rank=self.d.rank,
                       world_size=self.d.world_size)
         self.meter.pause_clock()  # saving is not training time
+
+    def write(self, step: int, meta: dict[str, Any]) -> Path:
+        return self.ckpt.save(step, self.shards(step), meta)
 
 
 def run_steps(args: argparse.Namespace, d: Dist, *, start: int, loss: float | None,
@@ -45,6 +49,7 @@ def run_steps(args: argparse.Namespace, d: Dist, *, start: int, loss: float | No
     ``Preempted`` once every rank agreed to stop (a SIGTERM), after saving that step.
     """
     saved = start
+    vote = StopVote()
     for n in range(start + 1, args.max_steps + 1):
         step(n)
         if n % args.log_every == 0 or n == args.max_steps:
@@ -56,13 +61,15 @@ def run_steps(args: argparse.Namespace, d: Dist, *, start: int, loss: float | No
         if save is not None and args.checkpoint_every and n % args.checkpoint_every == 0:
             save(n, loss)
             saved = n
-        # One tiny all-reduce per step: a SIGTERM on any rank stops every rank here,
-        # after this step, saved, so a drain or an eviction loses no step.
-        if n < args.max_steps and preemption_requested():
+        # A SIGTERM on any rank stops every rank here, after the same step (at most two
+        # steps later: the vote is read a step after it started, so it never waits), and
+        # that step is saved: a drain or an eviction loses no step.
+        if n < args.max_steps and vote.poll():
             if save is not None and saved != n:
                 save(n, loss)
             log_event("preempted", step=n, rank=d.rank, world_size=d.world_size)
             raise Preempted(n)
+    vote.close()
     if save is not None and saved < args.max_steps:
         save(args.max_steps, loss)
     log_event("done", step=max(start, args.max_steps), loss=loss, rank=d.rank,

@@ -137,3 +137,26 @@ def test_a_plain_torch_script_stops_every_rank_at_one_step_with_the_helper(tmp_p
     stops = sorted(line.split("] ", 1)[1] for line in lines if " stops after step " in line)
     assert len(stops) == 2, text
     assert stops[0].rsplit(" ", 1)[1] == stops[1].rsplit(" ", 1)[1], stops  # the same step
+
+
+VOTE = textwrap.dedent("""
+    import os, signal
+    import torch.distributed as dist
+    from kdist.runtime.preemption import StopVote
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    vote = StopVote()
+    answers = [vote.poll(), vote.poll()]
+    os.kill(os.getpid(), signal.SIGTERM)  # a request now, no longer the end of the process
+    answers += [vote.poll(), vote.poll()]
+    vote.close()
+    print(answers)
+""")
+
+
+@pytest.mark.timeout(60)
+def test_the_step_loops_vote_is_read_one_step_after_it_started():
+    out = subprocess.run([sys.executable, "-c", VOTE], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    # The vote of the step the SIGTERM came in is read after the next step: no wait on it.
+    assert out.stdout.strip() == "[False, False, False, True]"
