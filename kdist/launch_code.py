@@ -27,6 +27,12 @@ from pathlib import Path
 
 from kdist.shared import env as E
 from kdist.shared.errors import LaunchError
+from kdist.shared.limits import (
+    CODE_MAX_FILES,
+    CODE_MAX_TAR_BYTES,
+    CODE_MAX_UNPACKED_BYTES,
+    code_name_problem,
+)
 
 #: The one binaryData key of each ConfigMap, and the file name it becomes in the mount.
 #: Index and count are in the name so the unpacker needs no other metadata to
@@ -34,13 +40,11 @@ from kdist.shared.errors import LaunchError
 PART_KEY = "part-{index:04d}-of-{count:04d}"
 PART_RE = re.compile(r"part-(\d{4})-of-(\d{4})")
 
-#: Caps shared with the packer. The unpacker enforces a bound on the
-#: decompressed size so a corrupt (or hostile) archive cannot fill memory.
-MAX_FILES = 20_000
-MAX_UNPACKED_BYTES = 256 * 2**20
-# Tar framing: a 512-byte header (plus up to two for long names) and up to 511
-# bytes of padding per member, then the end-of-archive record.
-MAX_TAR_BYTES = MAX_UNPACKED_BYTES + MAX_FILES * 2048 + 2**20
+#: Caps shared with the packer (``kdist.shared.limits``). The unpacker enforces a bound
+#: on the decompressed size so a corrupt (or hostile) archive cannot fill memory.
+MAX_FILES = CODE_MAX_FILES
+MAX_UNPACKED_BYTES = CODE_MAX_UNPACKED_BYTES
+MAX_TAR_BYTES = CODE_MAX_TAR_BYTES
 
 
 class UnpackError(ValueError):
@@ -123,9 +127,9 @@ def check_members(members: list[tarfile.TarInfo]) -> None:
     seen: set[str] = set()
     for m in members:
         name = m.name
-        parts = name.split("/")
-        if not name or name.startswith("/") or "\\" in name or ".." in parts or "\0" in name:
-            raise UnpackError(f"shipped code has an unsafe path {name!r}; refused")
+        problem = code_name_problem(name)
+        if problem is not None:
+            raise UnpackError(f"shipped code has {problem} {name!r}; refused")
         if name in seen:
             raise UnpackError(f"shipped code has {name!r} twice; refused")
         seen.add(name)

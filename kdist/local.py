@@ -24,6 +24,7 @@ from typing import IO, Any
 from kdist.shared import env as E
 from kdist.shared import exitcodes
 from kdist.shared.errors import UsageError
+from kdist.shared.processes import descendants
 from kdist.shared.signals import interruptible, received
 
 LOCAL_MASTER = "127.0.0.1"
@@ -240,42 +241,44 @@ def _python(argv: Sequence[str]) -> list[str]:
 
 def _pump(proc: subprocess.Popen[bytes], node: int, out: IO[str], lock: threading.Lock) -> None:
     assert proc.stdout is not None
-    writable = True
-    for raw in proc.stdout:  # read to the end even when `out` is gone: a full pipe blocks
-        if not writable:
-            continue
-        line = raw.decode("utf-8", errors="replace")
-        if not line.startswith("[rank "):
-            line = f"[node {node}] {line}"
-        if not line.endswith("\n"):
-            line += "\n"
-        with lock:
-            try:
-                out.write(line)
-                out.flush()
-            except (OSError, ValueError):  # a closed pipe or file: keep the job running
-                writable = False
-
-
-def descendants(pid: int) -> list[int]:
-    """Every live process below ``pid`` (workers run in sessions of their own)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
+    # Bytes as the ranks wrote them (invalid UTF-8 too) where ``out`` has a binary side.
+    binary: IO[bytes] | None = getattr(out, "buffer", None)
+    writable, at_start = True, True
+    # Read to the end even when `out` is gone (a full pipe blocks). A long line comes
+    # in pieces (not held whole), prefixed once, the lock held until it ends (the
+    # launcher ends a line within a second of its rank going quiet).
+    for raw in iter(lambda: proc.stdout.readline(1 << 16), b""):  # type: ignore[union-attr]
+        if at_start:
+            lock.acquire()
+            if not raw.startswith(b"[rank "):
+                raw = b"[node %d] " % node + raw
+        at_start = raw.endswith(b"\n")
         try:
-            with open(f"/proc/{entry}/stat") as f:
-                # "pid (comm) state ppid ...": comm may hold spaces, so split after ")".
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        children.setdefault(ppid, []).append(int(entry))
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
+            if writable:
+                _emit(out, binary, raw)
+        except (OSError, ValueError):  # a closed pipe or file: keep the job running
+            writable = False
+        finally:
+            if at_start:
+                lock.release()
+    if not at_start:
+        try:
+            if writable:
+                _emit(out, binary, b"\n")
+        except (OSError, ValueError):
+            pass
+        finally:
+            lock.release()
+
+
+def _emit(out: IO[str], binary: IO[bytes] | None, data: bytes) -> None:
+    if binary is not None:
+        out.flush()
+        binary.write(data)
+        binary.flush()
+    else:
+        out.write(data.decode("utf-8", errors="replace"))
+        out.flush()
 
 
 def _signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:

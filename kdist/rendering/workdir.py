@@ -36,8 +36,11 @@ from typing import IO, TYPE_CHECKING, cast
 
 import pathspec
 
-from kdist.launch_code import MAX_FILES, MAX_UNPACKED_BYTES
 from kdist.shared.errors import WorkdirError
+from kdist.shared.limits import CODE_MAX_FILES as MAX_FILES
+from kdist.shared.limits import CODE_MAX_TAR_BYTES as MAX_TAR_BYTES
+from kdist.shared.limits import CODE_MAX_UNPACKED_BYTES as MAX_UNPACKED_BYTES
+from kdist.shared.limits import code_name_problem
 
 if TYPE_CHECKING:
     from kdist.spec.model import TrainingJob
@@ -57,6 +60,7 @@ GZIP_LEVEL = 6
 ALWAYS_EXCLUDED_NAMES = frozenset({".git", ".hg", ".svn", "__pycache__", ".kdist"})
 ALWAYS_EXCLUDED_SUFFIXES = (".pyc",)
 IGNORE_FILES = (".gitignore", ".kdistignore")  # later ones win in the same directory
+MAX_IGNORE_FILE_BYTES = 1 << 20  # git's own are kilobytes; more is a mistake or an attack
 
 ALTERNATIVES = ("leave files out with .kdistignore, bake the code into the image, "
                 "or put it on a PVC and use spec.checkpoint/volumes")
@@ -113,10 +117,14 @@ class _Ignores:
             if not os.path.isfile(path) or os.path.islink(path):
                 continue
             try:
-                with open(path, encoding="utf-8", errors="replace") as f:
-                    lines = f.read().splitlines()
+                with open(path, "rb") as f:
+                    data = f.read(MAX_IGNORE_FILE_BYTES + 1)  # a huge (sparse) one: bounded
             except OSError as e:
                 raise WorkdirError([f"{FIELD}: cannot read {path}: {e.strerror or e}"]) from None
+            if len(data) > MAX_IGNORE_FILE_BYTES:
+                raise WorkdirError([f"{FIELD}: {path} is over {_human(MAX_IGNORE_FILE_BYTES)}; "
+                                    "an ignore file that large is not read (shorten it)"])
+            lines = data.decode("utf-8", errors="replace").splitlines()
             added.append((rel_dir, pathspec.GitIgnoreSpec.from_lines(lines)))
         return _Ignores(self.specs + tuple(added)) if added else self
 
@@ -163,6 +171,13 @@ class _Walk:
             rel = f"{rel_dir}/{child.name}" if rel_dir else child.name
             if child.name in ALWAYS_EXCLUDED_NAMES or child.name.endswith(
                     ALWAYS_EXCLUDED_SUFFIXES):
+                continue
+            problem = code_name_problem(rel)
+            if problem is not None and not ignores.excluded(rel, child.is_dir(
+                    follow_symlinks=False)):
+                self.problems.append(f"{FIELD}: {child.path} has {problem}, which the pods' "
+                                     "unpacker refuses; rename it or leave it out with "
+                                     ".kdistignore")
                 continue
             try:
                 st = child.stat(follow_symlinks=False)
@@ -224,6 +239,7 @@ class _Sink:
 
     def __init__(self) -> None:
         self.sha = hashlib.sha256()
+        self.tar_bytes = 0  # the uncompressed tar: what the unpacker bounds
         self.buffer = io.BytesIO()
         # No file name and mtime 0 in the gzip header; the OS byte is always 255.
         self.gz = gzip.GzipFile(filename="", mode="wb", fileobj=self.buffer, mtime=0,
@@ -231,6 +247,7 @@ class _Sink:
 
     def write(self, data: bytes) -> int:
         self.sha.update(data)
+        self.tar_bytes += len(data)
         return self.gz.write(data)
 
 
@@ -325,6 +342,9 @@ def pack(root: Path | str, *, limit: int = DEFAULT_LIMIT) -> Packed:
     sink.gz.close()
     if problems:
         raise WorkdirError(problems)
+    if sink.tar_bytes > MAX_TAR_BYTES:  # grown since the walk, or long names' headers
+        raise _too_big(given, f"makes a {_human(sink.tar_bytes)} tar, over the unpacker's "
+                       f"{_human(MAX_TAR_BYTES)} cap", walk.entries)
     archive = sink.buffer.getvalue()
     if len(archive) > limit:
         raise _too_big(given, f"packs to {_human(len(archive))} compressed "

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from kdist.runtime import failures as F
-from kdist.runtime import worker_exec
+from kdist.runtime import stacks, worker_exec
 from kdist.runtime import workers as W
 from kdist.runtime.output import Output
 from kdist.runtime.plan import LaunchPlan
@@ -47,6 +47,9 @@ from kdist.shared import exitcodes
 STOP_GRACE_S = 45
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 _TICK_S = 0.05
+# At a hang, how long a node that found the hung rank waits before stopping it, and
+# how long the other nodes wait to hear of one (``_Stopper._blame``).
+HUNG_TELL_S = 3.0
 
 
 def say(message: str) -> None:
@@ -72,6 +75,7 @@ class _Stopper:
 
     def __init__(self, plan: LaunchPlan, output: Output, workers: list[W.Worker]) -> None:
         self.plan, self.output, self.workers = plan, output, workers
+        self.progress: JobProgress | None = None  # several nodes: tells them what hung
         self.detail = ""
         self.lock = threading.Lock()
 
@@ -84,20 +88,53 @@ class _Stopper:
     def __call__(self, silent_s: float) -> None:
         ranks = self.plan.global_ranks
         quiet = {ranks[i]: self.output.silent_for(i) for i in range(len(ranks))}
-        # The rank named is this node's longest silent one (every rank of a hung job
-        # is silent; which one caused it, no output can tell).
-        rank = max(quiet, key=lambda r: (quiet[r] is None, quiet[r] or 0.0))
         silence = ", ".join(
             f"rank {r} {'never printed' if s is None else f'silent {s:.0f}s'}"
             for r, s in quiet.items())
+        rank, node, seen = self._blame(quiet)
         with self.lock:
             self.detail = (
-                f"rank {rank} (node {self.plan.node_rank}) hung: no rank of the job made "
+                f"rank {rank} (node {node}) hung: no rank of the job made "
                 f"progress for {silent_s:.0f}s (progressTimeoutSeconds="
-                f"{self.plan.progress_timeout_s}; this node: {silence})")
+                f"{self.plan.progress_timeout_s}; {seen}this node: {silence})")
         say(f"{self.detail}; stopping this node's workers")
         # SIGKILL: a hung worker would not act on SIGTERM
         W.signal_all(self.workers, signal.SIGKILL)
+
+    def _blame(self, quiet: dict[int, float | None]) -> tuple[int, int, str]:
+        """(rank, node, what its stacks showed) of the rank that hung: one whose stacks
+        are outside torch.distributed (``kdist.runtime.stacks``), here or on another
+        node; else this node's longest silent one."""
+        def silent_first(r: int) -> tuple[bool, float]:
+            return quiet[r] is None, quiet[r] or 0.0
+
+        pids = [w.pid if w.poll() is None else 0 for w in self.workers]
+        found = stacks.dump(pids, self.output.tail)
+        shown = {w.rank: s for w, s in zip(self.workers, found, strict=False) if s is not None}
+        stuck = [r for r, s in shown.items() if not s.in_collective]
+        waiting = ", ".join(str(r) for r, s in shown.items() if s.in_collective)
+        waits = f"rank(s) {waiting} wait in torch.distributed; " if waiting else ""
+        if stuck:
+            rank = max(stuck, key=silent_first)
+            where = shown[rank].where or "code outside torch.distributed"
+            if self.progress is not None:
+                self.progress.tell_hung(f"{rank}\t{self.plan.node_rank}\t{where}")
+                if self.plan.nnodes > 1:
+                    # The other nodes' watchdogs fire within a tick: they read this
+                    # before rank 1's death (or rank 0's store's) would end them first.
+                    time.sleep(HUNG_TELL_S)
+            return rank, self.plan.node_rank, f"rank {rank} stopped at {where}; {waits}"
+        told = None
+        if shown and self.progress is not None:  # every rank here waits: on another node?
+            told = self.progress.hung_elsewhere(HUNG_TELL_S)
+        if told is not None and told.count("\t") == 2:
+            rank_s, node_s, where = told.split("\t")
+            if rank_s.isdigit() and node_s.isdigit():
+                return int(rank_s), int(node_s), (
+                    f"rank {rank_s} stopped at {where} (node {node_s}'s stacks); {waits}")
+        # No stack tells: this node's longest silent rank (which one caused it, no
+        # output can tell).
+        return max(quiet, key=silent_first), self.plan.node_rank, waits
 
 
 def _failed(plan: LaunchPlan, failed: list[W.Worker], output: Output) -> int:
@@ -106,7 +143,7 @@ def _failed(plan: LaunchPlan, failed: list[W.Worker], output: Output) -> int:
     for w in failed:
         code = w.exitcode if w.exitcode is not None else 1
         if exitcodes.of_returncode(code) in exitcodes.CODE_ERRORS and \
-                F.output_says_peer_lost(output.tail(w.local_rank)):
+                F.output_says_peer_lost(output.tail(w.local_rank), plan.master_port):
             code = exitcodes.PEER_LOST
         seen[w.rank] = (code, w.ended_at)
     stopped = {w.rank for w in failed if w.stopped}
@@ -145,8 +182,12 @@ def run(plan: LaunchPlan, module: str | None, rest: list[str], *, prefix_lines: 
     environ = os.environ if environ is None else environ
     work = Path(tempfile.mkdtemp(prefix="kdist-launch-"))
     kdist_workload = (module or "").startswith("kdist.workloads.")
-    output = Output(work / "pipes", plan.global_ranks, prefix=prefix_lines,
-                    is_progress=_is_json_event if kdist_workload else None).start()
+    try:
+        output = Output(work / "pipes", plan.global_ranks, prefix=prefix_lines,
+                        is_progress=_is_json_event if kdist_workload else None).start()
+    except BaseException:  # out of fds, or a signal: no pipe is left in $TMPDIR
+        shutil.rmtree(work, ignore_errors=True)
+        raise
     workers: list[W.Worker] = []
     hang = _Stopper(plan, output, workers)
     barrier = ExitBarrier(plan, listener)
@@ -156,6 +197,7 @@ def run(plan: LaunchPlan, module: str | None, rest: list[str], *, prefix_lines: 
     try:
         if plan.progress_timeout_s or plan.nnodes > 1:  # a hang, or node 0 gone
             progress = JobProgress(plan, output, started=lambda: bool(workers))
+            hang.progress = progress
             watchdog = Watchdog(plan.progress_timeout_s, progress.total, hang,
                                 on_lost=hang.lost).start()
         W.start(plan, worker_exec.worker_argv(module, rest), environ, work, output.pipe,
@@ -196,6 +238,11 @@ def run(plan: LaunchPlan, module: str | None, rest: list[str], *, prefix_lines: 
         if watchdog is not None:
             watchdog.stop()
         barrier.stop()
+        if any(w.poll() is None for w in workers if w.proc is not None):
+            W.stop(workers, signal.SIGKILL, 0)  # an error of the launcher's own
+        left = W.end_leftovers(workers)
+        if left:
+            say(f"processes {left} of this node's workers would not die on SIGKILL")
         if output_open:
             output.stop()
         shutil.rmtree(work, ignore_errors=True)

@@ -85,9 +85,35 @@ def last_exceptions(text: str) -> list[tuple[str, str]]:
     return chain
 
 
-def output_says_peer_lost(tail: str) -> bool:
-    """Whether a worker's last output shows it died of a lost peer (any script)."""
-    return any(says_peer_lost([kind], message) for kind, message in last_exceptions(tail))
+# How torch's store client says it never reached a store (TCPStore.cpp, socket.cpp).
+_CONNECT_TARGET = re.compile(
+    r"(?:while trying to connect to|failed to connect to any network address of) "
+    r"\(\[?([^,\]]*)\]?, (\d+)\)"
+    r"|failed to connect(?:/validate)? to (?:host )?\[?([^\]\s]*?)\]?:(\d+)\b")
+
+
+def connect_target(message: str) -> tuple[str, int] | None:
+    """The (host, port) a store client failed to connect to, when that is what ``message`` says."""
+    m = _CONNECT_TARGET.search(message)
+    if m is None:
+        return None
+    host, port = (m.group(1), m.group(2)) if m.group(2) else (m.group(3), m.group(4))
+    return host, int(port)
+
+
+def output_says_peer_lost(tail: str, master_port: int | None = None) -> bool:
+    """Whether a worker's last output shows it died of a lost peer (any script).
+
+    ``master_port``: the job's. A store the worker could not reach on another port
+    is one the script set up itself (``mp.spawn`` with a port of its own): that
+    group never formed, so no peer was lost, and a restart would fail the same way.
+    """
+    found = last_exceptions(tail)
+    if master_port is not None and found:
+        target = connect_target(found[-1][1])
+        if target is not None and target[1] != master_port:
+            return False
+    return any(says_peer_lost([kind], message) for kind, message in found)
 
 
 def pick_failure(failures: Mapping[int, tuple[int, float]]) -> int:

@@ -7,10 +7,14 @@ to its own stdout (the pod's log; ``kdist run --local`` prefixes them with
 ``[rank N]``), so that:
 
 - lines of different ranks never mix within a line, and a partial line is
-  never printed with a stray prefix;
-- a progress bar that redraws itself with ``\\r`` (tqdm) becomes one line
-  when it finishes, plus its latest state every ``REDRAW_EVERY_S`` while it
-  runs, instead of one line per redraw;
+  never printed with a stray prefix; a line is printed whole however long it
+  is (past ``MAX_LINE`` it is passed on as it comes, not held in memory, while
+  the other ranks' lines wait in their pipes), byte for byte as written
+  (invalid UTF-8 included, as torchrun passes it on);
+- a progress bar that redraws itself with ``\\r`` (tqdm: a line that starts
+  with ``\\r``, or is redrawn more than once) becomes one line when it
+  finishes, plus its latest state every ``REDRAW_EVERY_S`` while it runs,
+  instead of one line per redraw; any other ``\\r`` within a line is passed on;
 - the launcher keeps each rank's last output (to tell a lost peer from a code
   error) and counts its progress (``kdist.runtime.watchdog``);
 - nothing grows on disk: a pipe, not a log file, however long the job runs.
@@ -35,8 +39,11 @@ from typing import IO
 # How often a progress bar's latest state is printed while it redraws itself.
 REDRAW_EVERY_S = 10.0
 TAIL_BYTES = 32 * 1024
-# A line longer than this is printed in pieces rather than held in memory.
+# A line longer than this is passed on as it comes rather than held in memory.
 MAX_LINE = 64 * 1024
+# A rank that stops writing for this long in the middle of such a line gets a line
+# end, so that the other ranks' lines (waiting meanwhile) are not held up by it.
+STREAM_STALL_S = 1.0
 
 
 class _Rank:
@@ -47,7 +54,7 @@ class _Rank:
         self.prefix = prefix
         self.pending = bytearray()
         self.tail = bytearray()
-        self.shown = ""  # the redraw of the pending line printed last (no repeats)
+        self.shown = b""  # the redraw of the pending line printed last (no repeats)
         self.redrawn_at = 0.0
         self.progress = 0
         self.active_at: float | None = None  # when it last wrote anything
@@ -59,6 +66,21 @@ def last_redraw(line: str) -> str:
     return parts[-1] if parts else line.replace("\r", "")
 
 
+def is_redraw(raw: bytes) -> bool:
+    """A line drawn again and again from its start (a progress bar), not text with a ``\\r``."""
+    body = raw.rstrip(b"\r")
+    return body.startswith(b"\r") or body.count(b"\r") >= 2
+
+
+def shown(raw: bytes) -> bytes:
+    """What is printed of a finished line: a redraw's final state, else the line as
+    written (less the ``\\r`` of a CRLF line end)."""
+    if is_redraw(raw):
+        parts = [p for p in raw.split(b"\r") if p.strip()]
+        return parts[-1] if parts else raw.replace(b"\r", b"")
+    return raw[:-1] if raw.endswith(b"\r") else raw
+
+
 class Output:
     """Follows one pipe per local rank in a thread; see the module's docstring."""
 
@@ -68,17 +90,26 @@ class Output:
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.directory = directory
         self.out = out or sys.stdout
+        # Bytes go out as written where the stream has a binary side (stdout does).
+        self._binary: IO[bytes] | None = getattr(self.out, "buffer", None)
+        self._streaming: _Rank | None = None  # the rank whose long line is being passed on
         # None: any output counts as progress; else only lines it accepts.
         self.is_progress = is_progress
         self.clock = clock
         directory.mkdir(parents=True)
         self.ranks: list[_Rank] = []
-        for local_rank, rank in enumerate(global_ranks):
-            path = self.pipe(local_rank)
-            os.mkfifo(path, 0o600)
-            # Read-write: never blocks, never sees end-of-file (see the module docstring).
-            fd = os.open(path, os.O_RDWR | os.O_NONBLOCK)
-            self.ranks.append(_Rank(fd, f"[rank {rank}] " if prefix else ""))
+        try:
+            for local_rank, rank in enumerate(global_ranks):
+                path = self.pipe(local_rank)
+                os.mkfifo(path, 0o600)
+                # Read-write: never blocks, never sees end-of-file (see the module docstring).
+                fd = os.open(path, os.O_RDWR | os.O_NONBLOCK)
+                self.ranks.append(_Rank(fd, f"[rank {rank}] " if prefix else ""))
+        except BaseException:  # out of fds: close what is open, leave no pipe behind
+            for r in self.ranks:
+                os.close(r.fd)
+            shutil.rmtree(directory, ignore_errors=True)
+            raise
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._follow, name="kdist-output", daemon=True)
 
@@ -107,6 +138,9 @@ class Output:
         """Print what is left (read until the pipes stay empty), then close everything."""
         self._stop.set()
         self._thread.join(timeout=10)
+        if self._streaming is not None:
+            self._emit(b"\n")
+            self._streaming = None
         for r in self.ranks:
             if r.pending:
                 self._line(r, bytes(r.pending))
@@ -121,9 +155,22 @@ class Output:
             poller.register(fd, select.POLLIN)
         quiet = rounds = 0
         while True:
-            ready = poller.poll(100)
-            for fd, _ in ready:
-                self._read(by_fd[fd])
+            streaming = self._streaming
+            if streaming is not None:  # a long line is passed on: only its rank is read
+                alone = select.poll()
+                alone.register(streaming.fd, select.POLLIN)
+                ready = alone.poll(100)
+                if ready:
+                    self._read(streaming)
+                elif self.clock() - (streaming.active_at or 0.0) >= STREAM_STALL_S:
+                    self._emit(b"\n")  # it went quiet mid-line: let the others through
+                    self._streaming = None
+            else:
+                ready = poller.poll(100)
+                for fd, _ in ready:
+                    self._read(by_fd[fd])
+                    if self._streaming is not None:
+                        break
             self._redraw()
             if self._stop.is_set():
                 # The workers are gone: drain what they left (a child of theirs that
@@ -144,6 +191,14 @@ class Output:
         del r.tail[:-TAIL_BYTES]
         if self.is_progress is None:
             r.progress += 1
+        if self._streaming is r:
+            end = data.find(b"\n")
+            if end < 0:
+                self._emit(data)
+                return
+            self._emit(data[:end + 1])
+            self._streaming = None
+            data = data[end + 1:]
         r.pending += data
         while True:
             end = r.pending.find(b"\n")
@@ -153,33 +208,50 @@ class Output:
             del r.pending[:end + 1]
             self._line(r, line)
         if len(r.pending) > MAX_LINE:
-            self._line(r, bytes(r.pending))
-            r.pending.clear()
+            self._long(r)
+
+    def _long(self, r: _Rank) -> None:
+        """An unfinished line past MAX_LINE: a redraw keeps only its latest state; any
+        other line is passed on from here as it comes (``_streaming``)."""
+        if is_redraw(bytes(r.pending)):
+            last = r.pending.rfind(b"\r", 0, len(r.pending.rstrip(b"\r")))
+            del r.pending[:last]
+            if len(r.pending) <= MAX_LINE:
+                return
+        self._emit(r.prefix.encode() + bytes(r.pending))
+        r.pending.clear()
+        self._streaming = r
 
     def _line(self, r: _Rank, raw: bytes) -> None:
-        decoded = raw.decode("utf-8", errors="replace")
-        text = last_redraw(decoded)
-        redrawn, r.shown = r.shown, ""
-        if "\r" in decoded and text == redrawn:
+        text = shown(raw)
+        redrawn, r.shown = r.shown, b""
+        if is_redraw(raw) and text == redrawn:
             return  # its final state is what the last redraw showed
-        if self.is_progress is not None and self.is_progress(text):
+        if self.is_progress is not None and \
+                self.is_progress(text.decode("utf-8", errors="replace")):
             r.progress += 1
-        self._write(r.prefix + text)
+        self._emit(r.prefix.encode() + text + b"\n")
 
     def _redraw(self) -> None:
         """Print the latest state of each rank's unfinished, redrawn line, now and then."""
         now = self.clock()
         for r in self.ranks:
-            if b"\r" not in r.pending or now - r.redrawn_at < REDRAW_EVERY_S:
+            if r is self._streaming or now - r.redrawn_at < REDRAW_EVERY_S or \
+                    not is_redraw(bytes(r.pending)):
                 continue
-            latest = last_redraw(bytes(r.pending).decode("utf-8", errors="replace"))
+            latest = shown(bytes(r.pending))
             if latest and latest != r.shown:
-                self._write(r.prefix + latest)
+                self._emit(r.prefix.encode() + latest + b"\n")
                 r.shown, r.redrawn_at = latest, now
 
-    def _write(self, text: str) -> None:
+    def _emit(self, data: bytes) -> None:
         try:
-            self.out.write(text + "\n")
-            self.out.flush()
+            if self._binary is not None:
+                self.out.flush()  # what was written as text goes first
+                self._binary.write(data)
+                self._binary.flush()
+            else:
+                self.out.write(data.decode("utf-8", errors="replace"))
+                self.out.flush()
         except (OSError, ValueError):
             pass  # a closed stdout must not stop the workers

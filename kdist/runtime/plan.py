@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from kdist.shared import env as E
 from kdist.shared.errors import LaunchError
+from kdist.shared.limits import MAX_NODES, MAX_PROCS_PER_NODE
 
 DEFAULT_PORT = 29500
 DEFAULT_RDZV_TIMEOUT_S = 300
@@ -91,7 +92,7 @@ def _first(environ: Mapping[str, str], *names: str) -> tuple[str, str] | None:
     return None
 
 
-def _int(found: tuple[str, str], minimum: int = 0) -> int:
+def _int(found: tuple[str, str], minimum: int = 0, maximum: int | None = None) -> int:
     name, value = found
     try:
         number = int(value)
@@ -99,6 +100,8 @@ def _int(found: tuple[str, str], minimum: int = 0) -> int:
         raise LaunchError(f"{name}={value!r} is not an integer") from None
     if number < minimum:
         raise LaunchError(f"{name}={value!r} must be >= {minimum}")
+    if maximum is not None and number > maximum:
+        raise LaunchError(f"{name}={value!r} must be <= {maximum}")
     return number
 
 
@@ -108,15 +111,16 @@ def _nnodes(found: tuple[str, str]) -> int:
     low, sep, high = value.partition(":")
     if sep and low != high:
         raise LaunchError(f"{name}={value!r}: elastic node ranges are not supported")
-    return _int((name, low), minimum=1)
+    return _int((name, low), minimum=1, maximum=MAX_NODES)
 
 
 def _nproc(found: tuple[str, str] | None, gpu_count: Callable[[], int]) -> int:
     if found is None:
         return 1
     if found[1] == "auto":
-        return max(1, gpu_count())
-    return _int(found, minimum=1)
+        return max(1, min(gpu_count(), MAX_PROCS_PER_NODE))
+    # One pipe, error file and process each: kdist's bound, not the machine's fd limit.
+    return _int(found, minimum=1, maximum=MAX_PROCS_PER_NODE)
 
 
 def _visible_gpus() -> int:

@@ -23,7 +23,9 @@ an agent); collectives and ``destroy_process_group`` do not need it.
 
 from __future__ import annotations
 
+import errno
 import socket
+import sys
 import time
 from collections.abc import Callable
 
@@ -35,6 +37,9 @@ JOINED, GO, RELEASED = "kdist/rdzv/joined", "kdist/rdzv/go", "kdist/rdzv/release
 BARRIER, DONE, FAILED = "kdist/exit/open", "kdist/exit/done", "kdist/exit/failed"
 EXIT_BARRIER_S = 300.0  # torch's exit_barrier_timeout
 _POLL_S = 0.02
+#: how long node 0 tries a master port in use again (``bind``)
+BIND_WAIT_S = 20.0
+_BIND_RETRY_S = 0.25
 
 
 class RendezvousError(LaunchError):
@@ -49,15 +54,31 @@ def _failed(plan: LaunchPlan, why: str) -> RendezvousError:
         f"(KDIST_RDZV_TIMEOUT={plan.rdzv_timeout_s}s): {why}")
 
 
-def bind(plan: LaunchPlan) -> socket.socket | None:
-    """Node 0: the master port, bound and listening (None on the other nodes)."""
+def bind(plan: LaunchPlan, wait_s: float = BIND_WAIT_S,
+         clock: Callable[[], float] = time.monotonic) -> socket.socket | None:
+    """Node 0: the master port, bound and listening (None on the other nodes).
+
+    A port in use is tried again for up to ``wait_s``: on a restart in place (a
+    local run, a pod whose container restarts) the last attempt's processes may
+    still be letting go of it.
+    """
     if plan.node_rank != 0:
         return None
-    try:
-        return listen(plan.master_port)
-    except OSError as e:
-        raise LaunchError(f"cannot listen on the master port {plan.master_port}: "
-                          f"{e.strerror or e}") from None
+    deadline = clock() + wait_s
+    told = False
+    while True:
+        try:
+            return listen(plan.master_port)
+        except OSError as e:
+            if e.errno != errno.EADDRINUSE or clock() >= deadline:
+                waited = f" (waited {wait_s:.0f}s for it)" if told else ""
+                raise LaunchError(f"cannot listen on the master port {plan.master_port}: "
+                                  f"{e.strerror or e}{waited}") from None
+            if not told:
+                print(f"kdist.launch: the master port {plan.master_port} is in use; trying "
+                      f"again for up to {wait_s:.0f}s", file=sys.stderr, flush=True)
+                told = True
+            time.sleep(_BIND_RETRY_S)
 
 
 def rendezvous(plan: LaunchPlan, listener: socket.socket | None, started: float,

@@ -74,7 +74,7 @@ def _string(data: bytes) -> bytes:
 
 
 class StoreClient:
-    """A TCPStore client speaking VALIDATE, PING, SET, ADD, CHECK and WAIT."""
+    """A TCPStore client speaking VALIDATE, PING, SET, GET, ADD, CHECK and WAIT."""
 
     def __init__(self, host: str, port: int, timeout: float) -> None:
         self.sock = socket.create_connection((host, port), timeout=timeout)
@@ -107,6 +107,12 @@ class StoreClient:
 
     def set(self, key: str, value: bytes) -> None:
         self.sock.sendall(_U8.pack(SET) + _string(key.encode()) + _string(value))
+
+    def get(self, key: str) -> bytes:
+        """A key's value; only once ``check`` said it is set (a missing key ends the
+        connection on torch's store)."""
+        self.sock.sendall(_U8.pack(GET) + _string(key.encode()))
+        return self._read(_U64.unpack(self._read(8))[0])
 
     def check(self, keys: Iterable[str]) -> bool:
         keys = list(keys)

@@ -40,6 +40,7 @@ from kdist.runtime.store import StoreClient
 
 TICK_S = 1.0
 STORE_KEY = "kdist-watchdog/progress"
+HUNG_KEY = "kdist-watchdog/hung"  # "rank<TAB>node<TAB>where" of the rank a node found hung
 STORE_TIMEOUT_S = 5
 # The master's store unreachable this long (once it answered): node 0's launcher is
 # gone, and with it node 0's ranks. Long enough that a network blip is not a loss.
@@ -69,11 +70,38 @@ class JobProgress:
         self._answered = False
         self._failing_since: float | None = None
 
-    def _add(self, delta: int) -> int:
+    def _client(self) -> Any:
         if self._store is None:
             self._store = StoreClient(self.plan.master_addr, self.plan.master_port,
                                       timeout=STORE_TIMEOUT_S)
-        return self._store.add(STORE_KEY, delta)
+        return self._store
+
+    def _add(self, delta: int) -> int:
+        return int(self._client().add(STORE_KEY, delta))
+
+    def tell_hung(self, text: str) -> None:
+        """Tell the other nodes which of this node's ranks hung (``kdist.runtime.stacks``)."""
+        if self.plan.nnodes > 1:
+            try:
+                self._client().set(HUNG_KEY, text.encode())
+            except Exception:  # the store is gone: each node names what it saw
+                pass
+
+    def hung_elsewhere(self, wait_s: float) -> str | None:
+        """What another node said hung, if one says so within ``wait_s``."""
+        if self.plan.nnodes == 1:
+            return None
+        deadline = self.clock() + wait_s
+        try:
+            while True:
+                store = self._client()
+                if store.check([HUNG_KEY]):
+                    return str(store.get(HUNG_KEY).decode("utf-8", errors="replace"))
+                if self.clock() >= deadline:
+                    return None
+                time.sleep(0.1)
+        except Exception:
+            return None
 
     def total(self) -> int:
         mine = self.output.progress()

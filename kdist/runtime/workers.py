@@ -29,6 +29,7 @@ from typing import Any
 
 from kdist.runtime import worker_exec
 from kdist.runtime.plan import LaunchPlan
+from kdist.shared import processes
 
 ROLE = "trainer"
 SIGNALS_TO_HANDLE = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"  # torch's LaunchConfig default
@@ -119,9 +120,19 @@ def start(plan: LaunchPlan, argv: Sequence[str], environ: Mapping[str, str], wor
 
 
 def signal_all(workers: Sequence[Worker], sig: int) -> None:
-    """Send ``sig`` to every running worker's session (the worker and what it started)."""
+    """Send ``sig`` to every worker's session: the worker and what it started.
+
+    A worker that already ended is signalled too: what it forked (DataLoader
+    workers) stays in its process group, still holding its files and sockets.
+    """
     for w in workers:
-        if w.proc is None or w.poll() is not None:
+        if w.proc is None:
+            continue
+        if w.poll() is not None:
+            try:
+                os.killpg(w.pid, sig)
+            except OSError:  # its group is empty: nothing of it is left
+                pass
             continue
         w.stopped = True
         for send in (os.killpg, os.kill):
@@ -143,3 +154,10 @@ def stop(workers: Sequence[Worker], sig: int, grace_s: float) -> None:
         if w.proc is not None:
             w.proc.wait()
             w.poll()
+
+
+def end_leftovers(workers: Sequence[Worker]) -> list[int]:
+    """Once every worker has ended: SIGKILL what is left of their process groups and
+    wait until it is gone, so that nothing of the job outlives the launcher and a
+    restart finds the master port free; the pids still there after the bound."""
+    return processes.kill_groups([w.pid for w in workers if w.proc is not None])

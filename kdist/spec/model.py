@@ -18,7 +18,7 @@ from pydantic import (
     model_validator,
 )
 
-from kdist.shared.limits import MAX_NODES
+from kdist.shared.limits import MAX_NODES, MAX_PROCS_PER_NODE
 from kdist.spec import checks as C
 from kdist.spec.affinity import Affinity, TopologySpreadConstraint
 from kdist.spec.checks import INT32_MAX, INT64_MAX
@@ -262,9 +262,10 @@ class JobSpec(_Model):
     def _procs(cls, v: Any) -> Any:
         if v == "auto":
             return v
-        if isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 64:
+        if isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= MAX_PROCS_PER_NODE:
             return int(v)
-        raise ValueError(f'must be an integer from 1 to 64 or "auto", got {v!r}')
+        raise ValueError(
+            f'must be an integer from 1 to {MAX_PROCS_PER_NODE} or "auto", got {v!r}')
 
     @field_validator("image")
     @classmethod

@@ -52,3 +52,27 @@ def test_collective_timeout_applies_to_an_unchanged_script(tmp_path):
     # the slack is for a loaded 2-core machine (30.8 s seen at load 15).
     assert waited <= 15.0 + 45.0, f"collective timed out {waited:.1f}s after the hang\n{run.text}"
     assert_finished_after_one_restart(run, code)
+
+
+@pytest.mark.parametrize(("nodes", "procs"), [(2, 1), (1, 2)])
+def test_the_rank_named_is_the_one_that_hung_not_the_one_waiting(tmp_path, nodes, procs):
+    """Rank 1 prints on its way into the hang, after rank 0's last line: silence alone
+    would blame rank 0, which waits in all_reduce. The ranks' stacks tell them apart,
+    on every node (the nodes tell each other through the store)."""
+    job = write_job(tmp_path, "hang", nodes=nodes, procsPerNode=procs, distributed={
+        "progressTimeoutSeconds": 6, "collectiveTimeoutSeconds": 300, "maxRestarts": 1})
+    with KdistRun(job, tmp_path) as run:
+        run.wait_for(RESTART, timeout=90)
+        code = run.wait(timeout=90)
+    hung = run.matching(r"kdist\.launch: rank \d \(node \d\) hung: .*exiting 204")
+    assert len(hung) == nodes, run.text  # every node ends as a hang ...
+    node = 1 if nodes == 2 else 0
+    for line in hung:  # ... and names rank 1, wherever it is
+        assert f"rank 1 (node {node}) hung: no rank of the job made progress" in line.text
+        assert "rank 1 stopped at hang.py:" in line.text, line.text
+    assert any("rank(s) 0 wait in torch.distributed" in line.text for line in hung), run.text
+    # Both ranks' stacks are in the log, for the reader.
+    for rank in (0, 1):
+        assert any(line.text.startswith(f"[rank {rank}] ") and "most recent call first" in
+                   line.text for line in run.lines), run.text
+    assert_finished_after_one_restart(run, code)

@@ -202,3 +202,33 @@ def test_a_node_that_finishes_later_is_waited_for_not_declared_lost():
     assert run.code == 0, run.text
     assert "lost node 0" not in run.text, run.text
     assert run.lines.index("[rank 0] bye 0") < run.lines.index("[rank 1] bye 1"), run.text
+
+
+OWN_PORT_SCRIPT = textwrap.dedent("""
+    import os, sys
+    from datetime import timedelta
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+
+    def main(rank, world):
+        os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", sys.argv[1]
+        dist.init_process_group("gloo", rank=rank, world_size=world,
+                                timeout=timedelta(seconds=5))
+        dist.barrier()
+
+    if __name__ == "__main__":
+        mp.spawn(main, args=(2,), nprocs=2)
+""")
+
+
+@pytest.mark.timeout(120)
+def test_a_group_that_never_formed_is_a_code_error_not_a_lost_peer(tmp_path):
+    """mp.spawn on a port of its own: the store it looks for is not there, so the group
+    never forms. No peer was lost: a restart would fail the same way."""
+    script = tmp_path / "own_port.py"
+    script.write_text(OWN_PORT_SCRIPT)
+    run = run_job(["--", "python", str(script), str(free_port())], KDIST_MAX_RESTARTS="2")
+    assert run.code == 1, run.text
+    assert "restarting every node" not in run.text
+    assert not any("exiting 203" in line for line in run.lines), run.text
+    assert any("exiting 1: " in line and "connect" in line for line in run.lines), run.text

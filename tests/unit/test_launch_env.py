@@ -151,6 +151,9 @@ def test_gpu_count_is_only_asked_for_auto():
         ({"KDIST_NNODES": "0"}, "must be >= 1"),
         ({"PET_NNODES": "1:4"}, "elastic node ranges are not supported"),
         ({"KDIST_NPROC_PER_NODE": "0"}, "KDIST_NPROC_PER_NODE='0' must be >= 1"),
+        # one pipe and process each: thousands would exhaust the fds (EMFILE)
+        ({"KDIST_NPROC_PER_NODE": "5000"}, "KDIST_NPROC_PER_NODE='5000' must be <= 64"),
+        ({"KDIST_NNODES": "100000"}, "KDIST_NNODES='100000' must be <= 1000"),
         ({"KDIST_MASTER_PORT": "70000"}, "is not a TCP port"),
         ({"KDIST_DIST_BACKEND": "mpi"}, "must be one of nccl, gloo, auto"),
         ({"KDIST_MAX_RESTARTS": "-1"}, "KDIST_MAX_RESTARTS='-1' must be >= 0"),
@@ -320,3 +323,22 @@ def test_the_specs_timeouts_reach_the_launcher_through_the_rendered_pod():
     env = {e["name"]: e["value"] for e in pod["containers"][0]["env"] if "value" in e}
     plan = resolve_env({**env, "KDIST_NODE_RANK": "1"}, gpu_count=no_gpus)
     assert (plan.rdzv_timeout_s, plan.pg_timeout_s, plan.max_restarts) == (45, 90, 2)
+
+
+def test_a_busy_master_port_is_tried_again_for_a_bounded_time(capfd):
+    from kdist.runtime import rendezvous
+
+    plan = resolve_env({}, gpu_count=no_gpus)
+    held = socket.socket()
+    held.bind(("", 0))
+    held.listen()
+    plan = dataclasses.replace(plan, master_port=held.getsockname()[1])
+    with pytest.raises(LaunchError, match=r"Address already in use \(waited 1s for it\)"):
+        rendezvous.bind(plan, wait_s=1.0)
+    assert "is in use; trying again for up to 1s" in capfd.readouterr().err
+    # The last attempt's process lets go of it within the bound: node 0 listens.
+    import threading
+    threading.Timer(0.5, held.close).start()
+    sock = rendezvous.bind(plan, wait_s=10.0)
+    assert sock is not None and sock.getsockname()[1] == plan.master_port
+    sock.close()

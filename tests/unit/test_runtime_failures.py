@@ -107,3 +107,20 @@ def test_cause_comes_from_the_error_file_else_from_the_output():
     assert cause("To enable traceback see: https://pytorch.org/docs/...") == ""
     assert cause(None, traceback_of("KeyError: 'loss'")) == ": KeyError: 'loss'"
     assert cause(None, "just a line\n") == ""
+
+
+@pytest.mark.parametrize(("line", "lost"), [
+    # The job's own master (port 29500) gone: another rank's fault, worth a restart.
+    ("torch.distributed.DistNetworkError: The client socket has timed out after 5000ms "
+     "while trying to connect to (demo-0.demo, 29500).", True),
+    # A store the script set up itself, on its own port (mp.spawn): never formed.
+    ("torch.distributed.DistNetworkError: The client socket has timed out after 5000ms "
+     "while trying to connect to (127.0.0.1, 12355).", False),
+    ("torch.distributed.DistNetworkError: The client socket has failed to connect to any "
+     "network address of (localhost, 12355).", False),
+    ("torch.distributed.DistNetworkError: TCP client failed to connect/validate to host "
+     "[::1]:12355 - timed out", False),
+])
+def test_a_store_on_a_port_of_the_scripts_own_never_formed(line, lost):
+    assert output_says_peer_lost(traceback_of(line), master_port=29500) is lost
+    assert output_says_peer_lost(traceback_of(line))  # without the port: torch's class decides

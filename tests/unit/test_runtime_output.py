@@ -138,3 +138,90 @@ def test_what_is_left_is_printed_at_the_end(tmp_path):
 ])
 def test_last_redraw(line, shown):
     assert last_redraw(line) == shown
+
+
+class BinaryLines:
+    """A text stream with a binary side, as stdout is: what reached it, as bytes."""
+
+    def __init__(self) -> None:
+        self.buffer = io.BytesIO()
+        self.changed = threading.Condition()
+        raw = self.buffer
+
+        class _Sink(io.RawIOBase):
+            def writable(self_inner) -> bool:
+                return True
+
+            def write(self_inner, data) -> int:
+                with self.changed:
+                    raw.write(data)
+                    self.changed.notify_all()
+                return len(data)
+
+        self.buffer = _Sink()
+        self.raw = raw
+
+    def write(self, text: str) -> int:
+        return self.buffer.write(text.encode())
+
+    def flush(self) -> None:
+        pass
+
+    def wait_for(self, count: int) -> list[bytes]:
+        with self.changed:
+            assert self.changed.wait_for(
+                lambda: self.raw.getvalue().count(b"\n") >= count, timeout=10), self.raw.getvalue()
+        return self.raw.getvalue().split(b"\n")[:count]
+
+
+def _binary_output(tmp_path, ranks=(0, 1)):
+    out = BinaryLines()
+    o = Output(tmp_path / "pipes", list(ranks), prefix=True, out=out).start()
+    return o, out, [os.open(o.pipe(i), os.O_WRONLY) for i in range(len(ranks))]
+
+
+def test_a_line_longer_than_max_line_is_printed_whole_and_other_ranks_wait(tmp_path):
+    o, out, (w0, w1) = _binary_output(tmp_path)
+    long = b"x" * (O.MAX_LINE * 3 + 17)
+    done = threading.Event()
+
+    def write_long():
+        os.write(w0, long[:O.MAX_LINE + 5])
+        os.write(w1, b"other rank\n")  # lands while rank 0's line is being passed on
+        os.write(w0, long[O.MAX_LINE + 5:] + b"\nafter\n")
+        done.set()
+
+    threading.Thread(target=write_long).start()
+    lines = out.wait_for(3)
+    assert done.wait(10)
+    assert lines[0] == b"[rank 0] " + long  # one line, one prefix
+    assert sorted(lines[1:]) == [b"[rank 0] after", b"[rank 1] other rank"]
+    for fd in (w0, w1):
+        os.close(fd)
+    o.stop()
+
+
+def test_bytes_pass_through_as_written(tmp_path):
+    o, out, (w0, w1) = _binary_output(tmp_path)
+    os.write(w0, b"bad \xff\xfe utf-8\n")
+    os.write(w0, b"hello\rworld\n")  # one \r within a line: not a progress bar
+    os.write(w0, b"windows line\r\n")
+    lines = out.wait_for(3)
+    assert lines == [b"[rank 0] bad \xff\xfe utf-8", b"[rank 0] hello\rworld",
+                     b"[rank 0] windows line"]
+    for fd in (w0, w1):
+        os.close(fd)
+    o.stop()
+
+
+def test_a_huge_redraw_keeps_only_its_latest_state_in_memory(tmp_path):
+    o, out, (w0, w1) = _binary_output(tmp_path)
+    for i in range(3000):  # ~100 KiB of redraws without a line end
+        os.write(w0, b"\r%8d of 3000 " % i + b"=" * 20)
+    os.write(w0, b"\n")
+    for fd in (w0, w1):
+        os.close(fd)
+    o.stop()
+    lines = out.raw.getvalue().splitlines()
+    assert lines[-1] == b"[rank 0]     2999 of 3000 " + b"=" * 20
+    assert len(lines) <= 2 and all(len(line) < 200 for line in lines)  # a redraw shown, the end

@@ -528,3 +528,37 @@ def test_a_link_through_a_link_is_refused_without_the_stdlib_filter(tmp_path,
     with pytest.raises(UnpackError, match="link 'e' leaves"):
         unpack([parts_dir(tmp_path, archive)], sha, tmp_path / "box" / "ws")
     assert not (tmp_path / "box" / "evil.txt").exists()
+
+
+def test_whatever_pack_accepts_the_pods_unpacker_accepts(tmp_path):
+    """The packer refuses a name the unpacker would (one rule, kdist.shared.limits), at
+    render time, instead of a job whose every pod fails unpacking."""
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    (tmp_path / "data\\set.py").write_text("x = 1\n")
+    with pytest.raises(WorkdirError, match=r"has a backslash in its name, which the pods' "
+                                           r"unpacker refuses"):
+        pack(tmp_path)
+    (tmp_path / ".kdistignore").write_text("data\\\\set.py\n")
+    packed = pack(tmp_path)  # left out: the rest ships
+    dest = tmp_path.parent / "unpacked"
+    parts = tmp_path.parent / "parts"
+    parts.mkdir()
+    (parts / part_key(0, 1)).write_bytes(packed.archive)
+    unpack([parts], packed.sha256, dest)
+    assert (dest / "train.py").exists()
+
+
+def test_the_packer_bounds_the_tar_as_the_unpacker_does(tmp_path, monkeypatch):
+    (tmp_path / "a.py").write_text("x = 1\n" * 100)
+    monkeypatch.setattr(kdist.rendering.workdir, "MAX_TAR_BYTES", 2048)
+    with pytest.raises(WorkdirError, match=r"makes a .* tar, over the unpacker's 2.0 KiB cap"):
+        pack(tmp_path)
+
+
+def test_a_huge_ignore_file_is_refused_not_read(tmp_path):
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    with open(tmp_path / ".gitignore", "wb") as f:
+        f.truncate(8 << 30)  # sparse: 8 GiB that take no disk
+    with pytest.raises(WorkdirError, match=r"\.gitignore is over 1\.0 MiB; an ignore file "
+                                           r"that large is not read"):
+        pack(tmp_path)

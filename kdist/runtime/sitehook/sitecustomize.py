@@ -20,6 +20,10 @@ TCPStore server takes it over, so ``init_process_group`` (every rank a client of
 variable is removed from the environment: a process this worker starts does not
 serve it again.
 
+It also lets the launcher ask for every thread's Python stack at a hang
+(``kdist.runtime.stacks``): ``faulthandler`` prints them to stderr on
+``DUMP_SIGNAL``, a real-time signal nothing else uses.
+
 This module shadows any other ``sitecustomize`` (an image may ship one), so
 it runs that one too, afterwards. Standard library only; never fails the
 worker: a problem is one line on stderr.
@@ -38,6 +42,7 @@ from typing import Any
 TARGET = "torch.distributed.constants"
 PG_TIMEOUT = "KDIST_PG_TIMEOUT"  # kdist.shared.env.PG_TIMEOUT; this file imports nothing of kdist
 STORE_FD = "KDIST_STORE_FD"  # kdist.runtime.workers.STORE_FD
+DUMP_SIGNAL_OFFSET = 5  # kdist.runtime.stacks.DUMP_SIGNAL = SIGRTMIN + 5
 DEFAULT_STORE_TIMEOUT_S = 300
 _served: list[Any] = []  # the store server, alive as long as this process
 
@@ -58,7 +63,18 @@ def serve_store(fd: int, environ: Any) -> None:
         environ.get("MASTER_ADDR", "127.0.0.1"), int(environ.get("MASTER_PORT", "0")), None,
         True, timedelta(seconds=seconds), wait_for_workers=False, multi_tenant=True,
         master_listen_fd=fd))
+    # Only this process may hold the listening socket: a program it starts (exec)
+    # or forks (DataLoader workers) would keep the port bound after this worker
+    # died, and the next attempt could not listen on it.
     os.set_inheritable(fd, False)
+    os.register_at_fork(after_in_child=lambda: _close(fd))
+
+
+def _close(fd: int) -> None:
+    try:
+        os.close(fd)
+    except OSError:
+        pass
 
 
 class _PatchingLoader(importlib.abc.Loader):
@@ -126,6 +142,14 @@ def install(environ: Any = os.environ) -> None:
     sys.meta_path.insert(0, PgTimeoutFinder(after))
 
 
+def dump_stacks_on_signal() -> None:
+    import faulthandler
+    import signal
+
+    faulthandler.register(signal.SIGRTMIN + DUMP_SIGNAL_OFFSET, file=sys.stderr,
+                          all_threads=True, chain=False)
+
+
 def chain() -> None:
     """Run the next ``sitecustomize`` on ``sys.path`` (the image's), which this one shadows."""
     here = os.path.dirname(os.path.abspath(__file__))
@@ -138,7 +162,7 @@ def chain() -> None:
     spec.loader.exec_module(module)
 
 
-for _step in (install, chain):
+for _step in (install, dump_stacks_on_signal, chain):
     try:
         _step()
     except Exception as _e:  # a worker must start whatever happens here
