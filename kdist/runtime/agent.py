@@ -120,8 +120,9 @@ class _Stopper:
             if self.progress is not None:
                 self.progress.tell_hung(f"{rank}\t{self.plan.node_rank}\t{where}")
                 if self.plan.nnodes > 1:
-                    # The other nodes' watchdogs fire within a tick: they read this
-                    # before rank 1's death (or rank 0's store's) would end them first.
+                    # The other nodes' watchdogs fire within a tick of this one: give
+                    # them time to read this before the kill below (which may take
+                    # rank 0's store with it) ends their ranks as lost peers.
                     time.sleep(HUNG_TELL_S)
             return rank, self.plan.node_rank, f"rank {rank} stopped at {where}; {waits}"
         told = None
