@@ -75,13 +75,29 @@ class Worker:
     ended_at: float = 0.0
     stopped: bool = False  # the launcher signalled it before it ended
     pid: int = field(default=0)
+    left_group: bool = False  # it ended with processes left in its group (SIGKILLed)
 
     def poll(self) -> int | None:
         if self.exitcode is None and self.proc is not None:
             code = self.proc.poll()
             if code is not None:
                 self.exitcode, self.ended_at = code, time.time()
+                self._end_group()
         return self.exitcode
+
+    def _end_group(self) -> None:
+        """SIGKILL what is left of the worker's process group, the moment it ended.
+
+        What it forked (DataLoader workers) stays in its group, holding its files
+        and sockets (the master port). Now, not later: a group with a process left
+        keeps its id from being reused, but an empty one frees it (pids wrap), and a
+        later signal could reach another program's group.
+        """
+        try:
+            os.killpg(self.pid, signal.SIGKILL)
+            self.left_group = True
+        except OSError:  # empty: nothing of it is left
+            pass
 
     def error_message(self) -> object:
         """The ``message`` of the error file ``@record`` wrote, if it did."""
@@ -120,19 +136,9 @@ def start(plan: LaunchPlan, argv: Sequence[str], environ: Mapping[str, str], wor
 
 
 def signal_all(workers: Sequence[Worker], sig: int) -> None:
-    """Send ``sig`` to every worker's session: the worker and what it started.
-
-    A worker that already ended is signalled too: what it forked (DataLoader
-    workers) stays in its process group, still holding its files and sockets.
-    """
+    """Send ``sig`` to every running worker's session (the worker and what it started)."""
     for w in workers:
-        if w.proc is None:
-            continue
-        if w.poll() is not None:
-            try:
-                os.killpg(w.pid, sig)
-            except OSError:  # its group is empty: nothing of it is left
-                pass
+        if w.proc is None or w.poll() is not None:
             continue
         w.stopped = True
         for send in (os.killpg, os.kill):
@@ -157,7 +163,7 @@ def stop(workers: Sequence[Worker], sig: int, grace_s: float) -> None:
 
 
 def end_leftovers(workers: Sequence[Worker]) -> list[int]:
-    """Once every worker has ended: SIGKILL what is left of their process groups and
-    wait until it is gone, so that nothing of the job outlives the launcher and a
+    """Once every worker has ended: wait until what was left of their groups (SIGKILLed
+    as each ended) is gone, so that nothing of the job outlives the launcher and a
     restart finds the master port free; the pids still there after the bound."""
-    return processes.kill_groups([w.pid for w in workers if w.proc is not None])
+    return processes.wait_groups([w.pid for w in workers if w.left_group])

@@ -2,14 +2,13 @@
 
 kdist starts each worker in a session (and process group) of its own; what the
 worker forks (DataLoader workers, a server it started) stays in that group after
-the worker itself died, and is found and stopped through it
-(``kdist.runtime.workers.end_leftovers``).
+the worker itself died, and is stopped and waited for through it
+(``kdist.runtime.workers``).
 """
 
 from __future__ import annotations
 
 import os
-import signal
 import time
 from collections.abc import Iterable, Iterator
 
@@ -47,18 +46,13 @@ def in_groups(pgids: Iterable[int]) -> list[int]:
     return [pid for pid, state, _, pgrp in _stats() if pgrp in wanted and state not in "ZX"]
 
 
-def kill_groups(pgids: Iterable[int], timeout_s: float = 5.0) -> list[int]:
-    """SIGKILL every process of these groups and wait (bounded) until they have exited;
-    what is still there after ``timeout_s`` (a process stuck in the kernel)."""
+def wait_groups(pgids: Iterable[int], timeout_s: float = 5.0) -> list[int]:
+    """Wait (bounded) until these process groups have no process left that has not
+    exited; what is still there after ``timeout_s`` (a process stuck in the kernel)."""
     pgids = list(pgids)
     deadline = time.monotonic() + timeout_s
     while True:
-        left = in_groups(pgids)
+        left = in_groups(pgids) if pgids else []
         if not left or time.monotonic() >= deadline:
             return left
-        for pgid in pgids:
-            try:
-                os.killpg(pgid, signal.SIGKILL)
-            except OSError:  # gone, or not ours to signal
-                pass
         time.sleep(0.02)
