@@ -67,14 +67,26 @@ def serve_store(fd: int, environ: Any) -> None:
     # or forks (DataLoader workers) would keep the port bound after this worker
     # died, and the next attempt could not listen on it.
     os.set_inheritable(fd, False)
-    os.register_at_fork(after_in_child=lambda: _close(fd))
+    port = int(environ.get("MASTER_PORT", "0"))
+    os.register_at_fork(after_in_child=lambda: _close_listener(fd, port))
 
 
-def _close(fd: int) -> None:
+def _close_listener(fd: int, port: int) -> None:
+    """Close ``fd`` in a forked child if it still is the socket on the master port (the
+    number is not closed blindly: had the store let go of it, it could be another file)."""
+    import socket
+
     try:
-        os.close(fd)
+        sock = socket.socket(fileno=fd)
     except OSError:
+        return
+    try:
+        if sock.getsockname()[1] == port:
+            sock.close()
+            return
+    except (OSError, IndexError, TypeError):
         pass
+    sock.detach()
 
 
 class _PatchingLoader(importlib.abc.Loader):
