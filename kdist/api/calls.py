@@ -10,10 +10,14 @@ directory still travels); one from an installed package is imported by name.
 Its arguments travel as JSON. A script runs as ``python SCRIPT ARGS...``
 from its workdir (by default its directory).
 
-Rank 0's return value comes back pickled in its log (``kdist.shared.frames``),
-at most 1 MiB; an exception on any rank comes back as `JobFailed` naming the
-rank, the exception and the remote traceback's last lines. The job stays on
-the cluster (its logs and `metrics` with it) until `delete` or its TTL.
+Rank 0's return value comes back as JSON in its log (``kdist.shared.frames``),
+at most 1 MiB: None, bool, int, float, str, lists and tuples (back as lists),
+dicts with str keys. Never a pickle: whatever can write to that log (the
+script, a dependency, the API server) could run code here through one; an
+old-format pickled frame is refused, unread. An exception on any rank comes
+back as `JobFailed` naming the rank, the exception and the remote
+traceback's last lines. The job stays on the cluster (its logs and `metrics`
+with it) until `delete` or its TTL.
 """
 
 from __future__ import annotations
@@ -22,7 +26,6 @@ import base64
 import inspect
 import json
 import os
-import pickle
 import secrets
 import sys
 import textwrap
@@ -312,11 +315,22 @@ def _read_back(conn: Connection, state: JobState, rank: int, lines: _Lines,
 def _value(lines: _Lines, rank: int, call: TrainCall) -> Any:
     if not call.returns:
         return None
-    payload = lines.by_rank.get(rank, frames.Frames()).result()
+    got = lines.by_rank.get(rank, frames.Frames())
+    payload = got.result()
+    where = f"(job {call.job.metadata.name})"
+    if payload is None and got.pickled:
+        raise JobFailed(f"{call.what} succeeded on every rank, but rank 0's return value came "
+                        f"as pickled {frames.PICKLED_RESULT} lines, which kdist never loads "
+                        "(unpickling log text could run code on this machine): the image's "
+                        f"kdist is older than this one; install the same version there {where}")
     if payload is None:
         raise JobFailed(f"{call.what} succeeded on every rank, but rank 0's return value did "
-                        f"not come back in its log (job {call.job.metadata.name})")
-    return pickle.loads(payload)
+                        f"not come back in its log {where}")
+    try:
+        return frames.decode(payload)
+    except ValueError as e:
+        raise JobFailed(f"{call.what} succeeded on every rank, but rank 0's return value "
+                        f"cannot be read: {e} {where}") from None
 
 
 def _failure(lines: _Lines, fallback: str) -> JobFailed:

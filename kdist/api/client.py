@@ -248,6 +248,9 @@ class Client:
               spec: Mapping[str, Any] | None = None) -> Any:
         """Run `fn` (a function) or a script on every rank; rank 0's return value.
 
+        The value travels as JSON (never pickled): None, bool, int, float, str, lists
+        and tuples (back as lists), dicts with str keys; anything else (a tensor: return
+        `.tolist()` or `.item()`) fails the job, naming where it sits in the value.
         `args`: a script's argument strings, or a function's arguments (a list, or a dict
         of keywords; JSON values). `workdir`: what to ship (default: the directory of
         the function's file, or of the script). `local=True` runs it here as

@@ -9,10 +9,12 @@ its ``qualname``, and its JSON ``args``/``kwargs``. Each rank runs with the
 env contract (RANK, WORLD_SIZE, MASTER_ADDR...): the function starts its
 process group itself, as under torchrun.
 
-Rank 0 prints the pickled return value as framed lines (``kdist.shared.frames``)
-as its last output. A function that raises prints one framed error line, then
-the traceback, and the rank exits 1: a code error, which fails the job at
-once (a lost peer's error still reads as one: the traceback comes last).
+Rank 0 prints the return value as JSON in framed lines (``kdist.shared.frames``)
+as its last output; a value JSON cannot carry (a tensor, bytes, a dict with
+int keys...) is an error naming where it sits in the value. A function that
+raises (or returns such a value) prints one framed error line, then the
+traceback, and the rank exits 1: a code error, which fails the job at once
+(a lost peer's error still reads as one: the traceback comes last).
 
 Runtime side: standard library and ``kdist.shared`` only, torch if the
 function imports it.
@@ -25,7 +27,6 @@ import importlib
 import importlib.util
 import json
 import os
-import pickle
 import sys
 import traceback
 import types
@@ -76,8 +77,8 @@ def main(argv: list[str]) -> int:
         value = fn(*call.get("args", []), **call.get("kwargs", {}))
         if rank == 0:
             try:
-                lines = frames.result_lines(pickle.dumps(value))
-            except (pickle.PicklingError, TypeError, AttributeError, ValueError) as e:
+                lines = frames.result_lines(value)
+            except ValueError as e:  # not JSON (the message names the part), or too big
                 raise RuntimeError(f"the return value of {call['qualname']} cannot come back: "
                                    f"{e}") from None
             sys.stdout.flush()

@@ -1,14 +1,18 @@
 """How `Client.train`'s ranks hand their outcome back through the log (both sides).
 
-Rank 0 prints its function's pickled return value as the last thing it
-writes: base64 in numbered lines of at most CHUNK characters, each framed as
-``KDIST-RESULT <digest> <i>/<n> <chunk>`` (the digest, of the whole pickle,
-ties the pieces together and is checked once they are all there). A rank whose
-function raised prints one ``KDIST-ERROR <base64 JSON>`` line (its rank, the
-exception's type and message, the traceback's last lines) before the
-traceback itself. The client reads them from the logs it already follows, so
-the pod needs no permission, volume or service to answer. Lines are short (a
-log line is whole below 16 KiB on every runtime) and bounded in number.
+Rank 0 prints its function's return value as JSON (``kdist.shared.jsonvalue``;
+never a pickle: loading one from log text would run whatever code the text
+names, on the caller's machine) as the last thing it writes: base64 in
+numbered lines of at most CHUNK characters, each framed as
+``KDIST-RESULT-JSON <digest> <i>/<n> <chunk>`` (the digest, of the whole JSON
+text, ties the pieces together and is checked once they are all there). The
+old pickled frames' ``KDIST-RESULT`` lines (an image with an older kdist) are
+only counted, so that the client can refuse them by name, never decoded. A
+rank whose function raised prints one ``KDIST-ERROR <base64 JSON>`` line (its
+rank, the exception's type and message, the traceback's last lines) before
+the traceback itself. The client reads them from the logs it already follows,
+so the pod needs no permission, volume or service to answer. Lines are short
+(a log line is whole below 16 KiB on every runtime) and bounded in number.
 
 Standard library only: the runtime prints them, the API parses them.
 """
@@ -21,10 +25,14 @@ import hashlib
 import json
 from typing import Any
 
-RESULT = "KDIST-RESULT"
+from kdist.shared import jsonvalue
+
+RESULT = "KDIST-RESULT-JSON"
+#: kdist < this format's frames: a pickle, refused unread.
+PICKLED_RESULT = "KDIST-RESULT"
 ERROR = "KDIST-ERROR"
 CHUNK = 4096
-#: The pickled return value's cap: it travels in the log, a few hundred lines.
+#: The return value's cap, as JSON text: it travels in the log, a few hundred lines.
 MAX_RESULT_BYTES = 1 << 20
 MAX_CHUNKS = -(-MAX_RESULT_BYTES * 4 // 3 // CHUNK) + 1
 #: What an error line carries of the remote traceback.
@@ -32,10 +40,13 @@ TRACEBACK_LINES = 12
 MAX_ERROR_CHARS = 8192
 
 
-def result_lines(payload: bytes) -> list[str]:
-    """The framed lines that carry `payload` (at most MAX_RESULT_BYTES)."""
+def result_lines(value: Any) -> list[str]:
+    """The framed lines that carry `value` as JSON; ValueError (jsonvalue.NotJson naming
+    the part at fault) for a value JSON cannot carry or one over MAX_RESULT_BYTES."""
+    payload = jsonvalue.dumps(value).encode("ascii")
     if len(payload) > MAX_RESULT_BYTES:
-        raise ValueError(f"{len(payload):,} bytes pickled, at most {MAX_RESULT_BYTES:,}")
+        raise ValueError(f"it is {len(payload):,} bytes as JSON, at most "
+                         f"{MAX_RESULT_BYTES:,}; save it to a volume and return its path")
     text = base64.b64encode(payload).decode("ascii")
     digest = hashlib.sha256(payload).hexdigest()[:16]
     pieces = [text[i:i + CHUNK] for i in range(0, len(text), CHUNK)] or [""]
@@ -57,8 +68,9 @@ class Frames:
     """Collects the framed lines of one rank's log, in any interleaving with other output.
 
     `result()` is the newest complete payload (an earlier attempt's pieces, cut
-    by a restart, never mix with a later one's: the digest differs); `errors`
-    the error lines seen, oldest first, at most a few.
+    by a restart, never mix with a later one's: the digest differs), `decode`
+    reads it; `errors` the error lines seen, oldest first, at most a few;
+    `pickled` how many old-format (pickled) result lines went by, unread.
     """
 
     def __init__(self) -> None:
@@ -66,6 +78,7 @@ class Frames:
         self._counts: dict[str, int] = {}
         self._complete: list[bytes] = []
         self.errors: list[dict[str, Any]] = []
+        self.pickled = 0
 
     def feed(self, line: str) -> bool:
         """Take `line` if it is a frame (True), anywhere after a prefix; else False."""
@@ -76,6 +89,9 @@ class Frames:
         at = line.find(ERROR + " ")
         if at >= 0:
             self._error(line[at + len(ERROR) + 1:].strip())
+            return True
+        if PICKLED_RESULT + " " in line:
+            self.pickled += 1  # counted to name the cause, never decoded
             return True
         return False
 
@@ -114,3 +130,12 @@ class Frames:
 
     def result(self) -> bytes | None:
         return self._complete[-1] if self._complete else None
+
+
+def decode(payload: bytes) -> Any:
+    """The value a complete result payload holds: JSON types only; ValueError if it is
+    not JSON (a digest that matched makes that a forgery or a bug, never a cut)."""
+    try:
+        return jsonvalue.loads(payload)
+    except ValueError as e:
+        raise ValueError(f"it is not JSON ({e})") from None

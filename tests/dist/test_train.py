@@ -55,6 +55,19 @@ def test_an_exception_on_a_rank_is_job_failed_naming_it(remote):
 
 
 @pytest.mark.timeout(180)
+def test_the_value_travels_as_json_and_one_json_cannot_carry_is_named(remote):
+    value = kdist.train(remote.shaped, nodes=2, args=[False], local=True, spec=spec())
+    assert value[0] == 0 and value[1] != value[1] and value[2] == {"world": "2"}
+    assert isinstance(value, list), "a tuple comes back as a list: JSON has no tuples"
+    with pytest.raises(JobFailed) as failed:
+        kdist.train(remote.shaped, nodes=2, args=[True], local=True, spec=spec())
+    first = str(failed.value).splitlines()[0]
+    assert first == ("rank 0 raised RuntimeError: the return value of shaped cannot come "
+                     "back: result['blob']: a bytes cannot travel as JSON; return str "
+                     "(decode it, or base64 it)"), str(failed.value)
+
+
+@pytest.mark.timeout(180)
 def test_a_script_runs_on_every_rank(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     code = tmp_path / "code"

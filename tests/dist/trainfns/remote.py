@@ -33,3 +33,9 @@ def fail_on(rank_to_fail: int) -> int:
     if rank == rank_to_fail:
         raise ValueError(f"bad batch on rank {rank}")
     return rank
+
+
+def shaped(blob: bool) -> object:
+    """Rank 0's value in JSON's shapes (a tuple, NaN); with `blob`, bytes JSON cannot carry."""
+    value = (int(os.environ["RANK"]), float("nan"), {"world": os.environ["WORLD_SIZE"]})
+    return {"ok": value, "blob": b"raw"} if blob else value
