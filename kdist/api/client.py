@@ -106,7 +106,8 @@ class Client:
         `wait`, follow it to its end (JobFailed if it fails, TimedOut after `timeout`).
 
         `dry_run="client"` renders only; `"server"` has the API server validate
-        without persisting. `replace` deletes a job of the same name first. `code`
+        without persisting. `replace` deletes a kdist job of the same name first (one
+        kdist did not make is a UsageError, nothing deleted). `code`
         is a packed workdir; else `workdir`, else spec.workdir is packed here.
         """
         checks.flag(wait, "wait")
@@ -193,7 +194,10 @@ class Client:
                           what="file")
 
     def delete(self, name: str, *, wait: bool = True, timeout: float = 300) -> Deleted:
-        """Delete job `name` (foreground: pods, Service, the job); with `wait`, until gone."""
+        """Delete job `name` (foreground: pods, Service, the job); with `wait`, until gone.
+
+        Only kdist's objects: a Job or PyTorchJob `name` that kdist did not make is a
+        UsageError, and nothing is deleted."""
         checks.name(name)
         checks.flag(wait, "wait")
         seconds = checks.seconds(timeout, "timeout")

@@ -53,11 +53,12 @@ def submit(conn: Connection, job: TrainingJob, *, wait: bool = True, replace: bo
     """Render `job` and create it, all or nothing; with `wait`, follow it to its end.
 
     `dry_run="client"` renders only (no cluster); `"server"` asks the API
-    server to validate without persisting. `replace` deletes a job of the same
-    name first and waits until it is gone. `on_submitted` hears of the created
-    objects before the wait. With `wait`, a failed job raises JobFailed and a
-    passed `timeout` raises TimedOut (the job keeps running). `code` is the packed
-    workdir (``kdist.rendering.workdir.pack_workdir``); without it, spec.workdir is
+    server to validate without persisting. `replace` deletes a kdist job of the
+    same name first (`Cluster.delete`: only kdist's) and waits until it is gone.
+    `on_submitted` hears of the created objects before the wait. With `wait`, a
+    failed job raises JobFailed and a passed `timeout` raises TimedOut (the job
+    keeps running). `code` is the packed workdir
+    (``kdist.rendering.workdir.pack_workdir``); without it, spec.workdir is
     packed here. Its ConfigMaps are created after the job, owned by it.
     """
     from kdist.rendering import render
@@ -255,3 +256,21 @@ def delete(conn: Connection, name: str, *, wait: bool = True, timeout: float = 3
 
         wait_gone(cluster, name, ns, timeout)
     return Deleted(ns, deleted)
+
+
+def undo(cluster: Cluster, sub: Submission) -> None:
+    """Delete again the job `sub` created (a batch that failed later), and only that one.
+
+    By the name and namespace kdist sent, with the uid the server gave it as a
+    precondition: a job of that name made meanwhile by anyone else stays (a
+    ClusterError says so). Its Service and ConfigMaps are owned by it and go with
+    it. JobNotFound when it is gone already.
+    """
+    from kdist.kube import kinds
+    from kdist.shared.errors import ClusterError
+
+    job = sub.objects[0]
+    uid = (job.get("metadata") or {}).get("uid")
+    if not uid:  # kube.client.create refuses an answer without one: never here
+        raise ClusterError(f"job {sub.name} has no uid: kdist did not create it")
+    cluster.delete_object(kinds.of(job), sub.name, sub.namespace, uid=uid)

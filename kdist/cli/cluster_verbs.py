@@ -83,7 +83,8 @@ def _selector(ctx: click.Context, param: click.Parameter, value: str) -> str:
               help="client: print the objects that would be sent; server: send them with "
                    "dryRun=All and report the API server's verdict.")
 @click.option("--replace", is_flag=True,
-              help="Delete an existing job of the same name first (and wait until it is gone).")
+              help="Delete an existing kdist job of the same name first (and wait until it "
+                   "is gone); a same-named job kdist did not make is refused.")
 @backend_option
 @click.option("--timeout", type=Seconds(), metavar="SECONDS",
               help="Stop waiting after SECONDS (exit 1; the job keeps running).")
@@ -359,7 +360,10 @@ def wait(opts: ClusterOptions, names: tuple[str, ...], all_jobs: bool, selector:
               help="How long --wait waits.")
 @click.pass_obj
 def delete(opts: ClusterOptions, name: str, wait: bool, timeout: float) -> None:
-    """Delete job NAME with foreground propagation: its pods, Service and the job itself."""
+    """Delete job NAME with foreground propagation: its pods, Service and the job itself.
+
+    Only kdist's objects (labelled app.kubernetes.io/managed-by=kdist and
+    kdist.dev/job-name=NAME): a same-named job kdist did not make is refused (exit 2)."""
     from kdist import api
 
     gone = api.delete(_name(name), wait=wait, timeout=timeout, **_opts(opts))

@@ -97,7 +97,8 @@ class Ledger:
         Further signals wait until every delete has been sent."""
         import sys
 
-        from kdist import api
+        from kdist.api.batchkit import undo
+        from kdist.api.types import connect, target
         from kdist.shared.errors import JobNotFound
         from kdist.shared.signals import held
 
@@ -106,7 +107,8 @@ class Ledger:
             with held():
                 for made_from, sub in reversed(self.created if dry_run is None else []):
                     try:
-                        api.delete(sub.name, wait=False, **self.target(sub.namespace))
+                        # By the uid it was created with: not whatever has its name now.
+                        undo(connect(target(**self.target(sub.namespace)))[0], sub)
                         undone.append(f"job {sub.name} ({made_from})")
                     except JobNotFound:
                         undone.append(f"job {sub.name} ({made_from}, gone already)")

@@ -81,6 +81,10 @@ def api_error(e: HttpError, action: Action, server: str) -> KdistError:
         return ClusterError(
             f"job {action.name} already exists {where}{other}: use --replace or "
             f"`kdist delete {action.name}`")
+    if e.status == 409 and action.verb == "delete":  # a uid precondition failed
+        return ClusterError(
+            f"{action.resource} {action.name} {where} is no longer the object kdist checked "
+            "or created (another of that name took its place): not deleted")
     if e.status == 403:
         return ClusterError(f"forbidden: {action.verb} {action.resource} {where}: {message}")
     if e.status == 401:
