@@ -193,8 +193,14 @@ def _preflight(job: Any) -> None:
 
 
 def local_env(contract_env: Mapping[str, str]) -> dict[str, str]:
-    """This process's environment plus the pod's contract, as a local node sees it."""
-    env = {**os.environ, **contract_env, E.LOG_PREFIX: "1", "PYTHONUNBUFFERED": "1"}
+    """The pod's contract over this process's environment, less every name the contract
+    owns (``env.contract_owned``: KDIST_*, RANK, MASTER_ADDR, TORCHELASTIC_*...): a stale
+    KDIST_CHECKPOINT_DIR in the shell must not change a local run as it would never change
+    a pod. The CLI reads its own settings (KDIST_REQUEST_TIMEOUT...) itself; of kdist's
+    variables only ``env.LOCAL_PASSTHROUGH`` (the fault drills' hook) reaches the nodes."""
+    inherited = {k: v for k, v in os.environ.items()
+                 if not E.contract_owned(k) or k in E.LOCAL_PASSTHROUGH}
+    env = {**inherited, **contract_env, E.LOG_PREFIX: "1", "PYTHONUNBUFFERED": "1"}
     # A source checkout (not an installed kdist) must stay importable for the
     # launcher and its workers, whatever their working directory.
     root = str(Path(__file__).resolve().parent.parent)

@@ -22,6 +22,7 @@ from kdist.api.types import (
 )
 from kdist.kube.config import ClusterOptions, KubeConfig, resolve_namespace
 from kdist.shared.errors import JobFailed, TimedOut, UsageError
+from kdist.shared.terminal import escape
 
 if TYPE_CHECKING:
     from kdist.kube.client import Cluster
@@ -137,9 +138,9 @@ def timeout_line(state: JobState, timeout: float) -> str:
     waiting = [f"rank {r.rank} {r.phase}" + (f" ({r.reason})" if r.reason else "")
                for r in sorted(state.ranks.values(), key=lambda r: r.rank)
                if r.phase != "Succeeded"]
-    return (f"timed out after {timeout:g}s: job {state.name} has not finished"
-            + (f" ({', '.join(waiting)})" if waiting else "")
-            + f"; {reattach_hint(state.name, state.namespace)}")
+    return escape(f"timed out after {timeout:g}s: job {state.name} has not finished"
+                  + (f" ({', '.join(waiting)})" if waiting else "")
+                  + f"; {reattach_hint(state.name, state.namespace)}")
 
 
 def _check(state: JobState) -> None:
@@ -226,7 +227,7 @@ def no_log_note(state: JobState, r: Any) -> str:
     what = f"pod {r.pod} is {r.phase}" if r.pod else (
         "its pod is gone" if state.outcome else "no pod yet")
     hint = "" if state.outcome else " yet; -f waits for it"
-    return f"{what}{f', {r.reason}' if r.reason else ''}: no log{hint}"
+    return escape(f"{what}{f', {r.reason}' if r.reason else ''}: no log{hint}")
 
 
 def list_jobs(conn: Connection, *, all_namespaces: bool = False) -> list[JobSummary]:
@@ -241,7 +242,9 @@ def list_jobs(conn: Connection, *, all_namespaces: bool = False) -> list[JobSumm
         created = parse_time(meta.get("creationTimestamp"))
         rows.append(JobSummary(
             name=meta["name"], namespace=meta.get("namespace", ""),
-            backend=(meta.get("labels") or {}).get(BACKEND) or job_kind_backend(obj)[1],
+            # A label's value, shown as the cluster has it but never obeyed (the name and
+            # namespace stay as they are: they name the job in requests).
+            backend=escape((meta.get("labels") or {}).get(BACKEND) or job_kind_backend(obj)[1]),
             nodes=job_nodes(obj), phase=job_phase(obj),
             age_s=None if created is None else now - created))
     return rows
