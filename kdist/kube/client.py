@@ -4,8 +4,10 @@ Objects travel as plain dicts, exactly as rendered and exactly as the API
 returns them, so what `--dry-run=client` prints is what is sent and what the
 watch sees is what tests record. The `kubernetes` package supplies the
 kubeconfig handling (TLS, tokens, exec plugins, in-cluster config) and its
-urllib3 pool; URLs come from `kdist.kube.kinds` only, and every answer is
-checked to be the Kubernetes API's (an HTML page is an error, not a crash).
+urllib3 pool, with the proxy kdist chose (`kdist.kube.proxy`); messages name
+the server without its user:password (`errors.redacted`). URLs come from
+`kdist.kube.kinds` only, and every answer is checked to be the Kubernetes API's
+(an HTML page is an error, not a crash).
 Each request is bounded by the request timeout (default 15 s): a server that
 accepts and never answers fails the verb with a clear message.
 """
@@ -28,7 +30,10 @@ from kdist.kube.errors import (
     Transient,
     api_error,
     not_the_api,
+    redacted,
+    unreachable,
 )
+from kdist.kube.trust import check_token
 from kdist.shared.errors import ClusterError, JobNotFound, KdistError, OperatorMissing
 from kdist.shared.limits import MAX_ANSWER_BYTES, MAX_EVENT_BYTES
 
@@ -52,7 +57,11 @@ class Cluster:
 
         rest = pieces()[2]
         self.configuration = configuration
-        self.server: str = str(configuration.host).rstrip("/")
+        self._base = str(configuration.host).rstrip("/")  # what requests go to
+        proxy = getattr(configuration, "proxy", None)
+        #: The server as messages name it: no user:password, and the proxy in between.
+        self.server: str = redacted(self._base) + (
+            f" via the proxy {redacted(proxy)}" if proxy else "")
         self.request_timeout = request_timeout
         self._pool = rest.RESTClientObject(configuration).pool_manager
         self._served: dict[str, bool] = {}  # kind -> served, from discovery
@@ -75,6 +84,7 @@ class Cluster:
         token = cfg.get_api_key_with_prefix("authorization") or \
             cfg.get_api_key_with_prefix("BearerToken")
         if token:
+            check_token(token, "the kubeconfig's credentials")  # a refreshed one too
             headers["Authorization"] = token
         return headers
 
@@ -86,7 +96,7 @@ class Cluster:
         """
         import urllib3
 
-        url = self.server + path + (f"?{urlencode(query)}" if query else "")
+        url = self._base + path + (f"?{urlencode(query)}" if query else "")
         data = None if body is None else json.dumps(body).encode()
         timeout = urllib3.Timeout(connect=min(CONNECT_TIMEOUT, self.request_timeout),
                                   read=read_timeout or self.request_timeout)
@@ -125,8 +135,8 @@ class Cluster:
             raise api_error(e, action, self.server) from None
         except _transport_errors() as e:
             if transient:
-                raise Transient(str(self._unreachable(e))) from None
-            raise self._unreachable(e) from None
+                raise Transient(str(unreachable(e, self.server, self.request_timeout))) from None
+            raise unreachable(e, self.server, self.request_timeout) from None
         try:
             answer = json.loads(data or b"{}")
         except ValueError:
@@ -137,19 +147,6 @@ class Cluster:
             answer = dict(answer)
             answer["__warnings__"] = [_warning_text(w) for w in warnings]
         return answer
-
-    def _unreachable(self, e: BaseException) -> ClusterError:
-        import urllib3
-
-        if isinstance(e, (urllib3.exceptions.TimeoutError, TimeoutError)) or \
-                "timed out" in str(e).lower():
-            return ClusterError(
-                f"the API server at {self.server} did not answer within "
-                f"{self.request_timeout:g}s (set --request-timeout or $KDIST_REQUEST_TIMEOUT "
-                "for a slow server)")
-        reason = getattr(e, "reason", None) or e
-        return ClusterError(f"cluster unreachable at {self.server}: "
-                            f"{' '.join(str(reason).split())}")
 
     # -- create ---------------------------------------------------------------------------
 
@@ -306,7 +303,7 @@ class Cluster:
         except HttpError as e:
             raise api_error(e, action, self.server) from None
         except _transport_errors() as e:
-            raise self._unreachable(e) from None
+            raise unreachable(e, self.server, self.request_timeout) from None
 
     # -- delete ---------------------------------------------------------------------------
 
