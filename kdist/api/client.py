@@ -236,10 +236,19 @@ class Client:
         many.watch_jobs(self._conn, all_namespaces=all_namespaces, selector=selector,
                         on_update=on_update, progress_every=every, stop=stop)
 
-    def list_jobs(self, *, all_namespaces: bool = False) -> list[JobSummary]:
-        """kdist's jobs of both backends in the namespace (or in all)."""
+    def list_jobs(self, *, all_namespaces: bool = False,
+                  selector: str = "") -> list[JobSummary]:
+        """kdist's jobs of both backends in the namespace (or in all); with a label
+        `selector` (as kubectl's -l), only those it matches."""
+        from kdist.shared.selectors import SelectorProblem, check_selector
+
         checks.flag(all_namespaces, "all_namespaces")
-        return jobs.list_jobs(self._conn, all_namespaces=all_namespaces)
+        checks.text(selector, "selector")
+        try:
+            check_selector(selector)  # before any request
+        except SelectorProblem as e:
+            raise UsageError(f"selector: {e}") from None
+        return jobs.list_jobs(self._conn, all_namespaces=all_namespaces, selector=selector)
 
     # -- a function or a script -----------------------------------------------------------
 

@@ -230,14 +230,16 @@ def no_log_note(state: JobState, r: Any) -> str:
     return escape(f"{what}{f', {r.reason}' if r.reason else ''}: no log{hint}")
 
 
-def list_jobs(conn: Connection, *, all_namespaces: bool = False) -> list[JobSummary]:
-    """kdist's jobs of both backends in the namespace (or in all)."""
+def list_jobs(conn: Connection, *, all_namespaces: bool = False,
+              selector: str = "") -> list[JobSummary]:
+    """kdist's jobs of both backends in the namespace (or in all); with a label
+    `selector`, only those it matches."""
     from kdist.kube.objects import job_kind_backend, job_nodes, job_phase, parse_time
     from kdist.shared.labels import BACKEND
 
     cluster, ns = conn.cluster(), conn.namespace()
     now, rows = time.time(), []
-    for obj in cluster.list_jobs(None if all_namespaces else ns):
+    for obj in cluster.list_jobs(None if all_namespaces else ns, selector):
         meta = obj["metadata"]
         created = parse_time(meta.get("creationTimestamp"))
         rows.append(JobSummary(

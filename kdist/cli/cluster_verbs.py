@@ -23,8 +23,10 @@ import click
 
 from kdist.cli.options import (
     ClusterOptions,
+    Command,
     Seconds,
     backend_option,
+    cluster_options,
     workdir_option,
 )
 from kdist.cli.say import say
@@ -76,7 +78,12 @@ def _selector(ctx: click.Context, param: click.Parameter, value: str) -> str:
 # ---- submit ------------------------------------------------------------------------------------
 
 
-@click.command()
+@click.command(cls=Command, examples=[
+    "kdist submit job.yaml                 # create, then watch to the end",
+    "kdist submit job.yaml -n team-a -f    # ... in team-a, with every node's log lines",
+    "kdist submit job.yaml --no-wait",
+    "kdist submit job.yaml --dry-run=server",
+    "kdist submit a.yaml b.yaml            # one batch: all created, or none"])
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @click.option("--wait/--no-wait", default=True, show_default=True,
               help="Watch the job(s) to the end (exit code 0 all succeeded, 1 any failed).")
@@ -93,7 +100,7 @@ def _selector(ctx: click.Context, param: click.Parameter, value: str) -> str:
 @click.option("--timeout", type=Seconds(), metavar="SECONDS",
               help="Stop waiting after SECONDS (exit 1; the job keeps running).")
 @workdir_option
-@click.pass_obj
+@cluster_options
 def submit(opts: ClusterOptions, files: tuple[str, ...], wait: bool, follow: bool,
            dry_run: str | None, replace: bool, backend: str | None, timeout: float | None,
            workdir: str | None) -> None:
@@ -221,14 +228,17 @@ def _finish(state: Any, started: float) -> None:
 # ---- status, logs ------------------------------------------------------------------------------
 
 
-@click.command()
+@click.command(cls=Command, examples=[
+    "kdist status demo",
+    "kdist status demo -n team-a -o json",
+    "kdist status demo --plot steps.png"])
 @click.argument("name")
 @click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table",
               show_default=True, help="Output format.")
 @click.option("--plot", "plot", metavar="FILE", type=click.Path(dir_okay=False),
               help="Also draw loss and samples/s per rank over steps, restarts marked, into "
                    "FILE (.png or .svg; needs matplotlib: pip install 'kdist[plot]').")
-@click.pass_obj
+@cluster_options
 def status(opts: ClusterOptions, name: str, output: str, plot: str | None = None) -> None:
     """Show job NAME: its phase, and per rank pod, phase, restarts, step, loss history."""
     from kdist import api
@@ -249,7 +259,10 @@ def status(opts: ClusterOptions, name: str, output: str, plot: str | None = None
         draw(client, name, plot)
 
 
-@click.command()
+@click.command(cls=Command, examples=[
+    "kdist logs demo",
+    "kdist logs demo -f -n team-a          # follow to the end, across restarts",
+    "kdist logs demo --tail 100"])
 @click.argument("name")
 @click.option("--rank", type=click.IntRange(min=0, max=100_000), help="Only this node rank.")
 @click.option("-f", "--follow", is_flag=True,
@@ -257,7 +270,7 @@ def status(opts: ClusterOptions, name: str, output: str, plot: str | None = None
                    "(exit 1 if it failed).")
 @click.option("--tail", type=click.IntRange(min=0, max=10_000_000),
               help="Start from the last N lines of each log.")
-@click.pass_obj
+@cluster_options
 def logs(opts: ClusterOptions, name: str, rank: int | None, follow: bool,
          tail: int | None) -> None:
     """Print the logs of job NAME, every rank's lines prefixed with `[rank N] `.
@@ -288,14 +301,19 @@ def logs(opts: ClusterOptions, name: str, rank: int | None, follow: bool,
 # ---- list, delete ------------------------------------------------------------------------------
 
 
-@click.command("list")
+@click.command("list", cls=Command, examples=[
+    "kdist list",
+    "kdist list -A",
+    "kdist list -l team=vision             # as kubectl get -l: =, !=, in (...), !key",
+    "kdist list --watch -l 'team in (a,b)'"])
 @click.option("-A", "--all-namespaces", is_flag=True, help="Jobs in every namespace.")
 @click.option("-w", "--watch", is_flag=True,
               help="A live table (phase, ranks running, step/max, loss, samples/s, ETA) "
                    "until Ctrl-C; one watcher for all jobs.")
 @click.option("-l", "--selector", default="", metavar="SELECTOR", callback=_selector,
-              help="Only jobs with these labels (as kubectl's -l), with --watch.")
-@click.pass_obj
+              help="Only jobs with these labels, as kubectl get -l: key=value, key!=value, "
+                   "key in (a,b), key notin (a,b), key, !key; joined by commas (all must hold).")
+@cluster_options
 def list_(opts: ClusterOptions, all_namespaces: bool, watch: bool, selector: str) -> None:
     """List kdist jobs of both backends (Indexed Jobs and PyTorchJobs)."""
     from kdist import api
@@ -314,14 +332,16 @@ def list_(opts: ClusterOptions, all_namespaces: bool, watch: bool, selector: str
             finally:
                 table.stop()
         return
-    if selector:
-        raise UsageError("-l/--selector goes with --watch (or use kubectl get -l)")
     from kdist.cli.progress import print_jobs
 
-    print_jobs(api.list_jobs(all_namespaces=all_namespaces, **_opts(opts)), all_namespaces)
+    rows = api.list_jobs(all_namespaces=all_namespaces, selector=selector, **_opts(opts))
+    print_jobs(rows, all_namespaces, selector)
 
 
-@click.command("wait")
+@click.command("wait", cls=Command, examples=[
+    "kdist wait demo other --timeout 3600",
+    "kdist wait --all -n team-a",
+    "kdist wait -l sweep=lr"])
 @click.argument("names", nargs=-1)
 @click.option("--all", "all_jobs", is_flag=True, help="Every kdist job in the namespace.")
 @click.option("-l", "--selector", default="", metavar="SELECTOR", callback=_selector,
@@ -329,7 +349,7 @@ def list_(opts: ClusterOptions, all_namespaces: bool, watch: bool, selector: str
                    "exit 2.")
 @click.option("--timeout", type=Seconds(), metavar="SECONDS",
               help="Stop waiting after SECONDS (exit 1; the jobs keep running).")
-@click.pass_obj
+@cluster_options
 def wait(opts: ClusterOptions, names: tuple[str, ...], all_jobs: bool, selector: str,
          timeout: float | None) -> None:
     """Wait for jobs to end: exit 0 when all succeeded, 1 when any failed or time ran out.
@@ -362,13 +382,15 @@ def wait(opts: ClusterOptions, names: tuple[str, ...], all_jobs: bool, selector:
         click.echo("no kdist jobs to wait for")
 
 
-@click.command()
+@click.command(cls=Command, examples=[
+    "kdist delete demo",
+    "kdist delete demo -n team-a --no-wait"])
 @click.argument("name")
 @click.option("--wait/--no-wait", default=True, show_default=True,
               help="Wait until every object of the job (pods included) is gone.")
 @click.option("--timeout", type=Seconds(), default=300, show_default=True, metavar="SECONDS",
               help="How long --wait waits.")
-@click.pass_obj
+@cluster_options
 def delete(opts: ClusterOptions, name: str, wait: bool, timeout: float) -> None:
     """Delete job NAME with foreground propagation: its pods, Service and the job itself.
 

@@ -14,7 +14,9 @@ import click
 
 from kdist.cli.options import (
     ClusterOptions,
+    Command,
     backend_option,
+    cluster_options,
     global_options,
     job_file_argument,
     output_option,
@@ -55,6 +57,10 @@ class _Group(click.Group):
 def main(ctx: click.Context, kubeconfig: str | None, context: str | None,
          namespace: str | None, request_timeout: float | None) -> None:
     """Distributed PyTorch training on Kubernetes from one job.yaml.
+
+    The global options (--kubeconfig, --context, -n, --request-timeout) go before
+    or after the verb, as with kubectl; given in both places, the one after the
+    verb wins. `kdist VERB --help` lists them with the verb's own, and examples.
 
     \b
     Shell completion (bash; zsh/fish likewise):
@@ -98,9 +104,12 @@ def say_pod_security(file: str, objects: list[dict[str, Any]]) -> None:
         click.echo(note, err=True)
 
 
-@main.command()
+@main.command(cls=Command, cluster=False, examples=[
+    "kdist validate job.yaml",
+    "kdist validate jobs/*.yaml      # every problem of every file, exit 2 if any"])
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
-def validate(files: tuple[str, ...]) -> None:
+@cluster_options
+def validate(opts: ClusterOptions, files: tuple[str, ...]) -> None:
     """Check job files; print every problem with its field path."""
     from kdist import api
     from kdist.shared.errors import SpecError
@@ -119,12 +128,15 @@ def validate(files: tuple[str, ...]) -> None:
         raise SpecError(problems)
 
 
-@main.command()
+@main.command(cls=Command, examples=[
+    "kdist render job.yaml",
+    "kdist render job.yaml -n team-a -o json",
+    "kdist render job.yaml --backend pytorchjob | kubectl apply --dry-run=server -f -"])
 @job_file_argument
 @output_option
 @backend_option
 @workdir_option
-@click.pass_obj
+@cluster_options
 def render(opts: ClusterOptions, file: str, output: str, backend: str | None,
            workdir: str | None) -> None:
     """Print the Kubernetes objects for FILE (no cluster needed).
@@ -140,10 +152,14 @@ def render(opts: ClusterOptions, file: str, output: str, backend: str | None,
     click.echo(api.to_yaml(objects) if output == "yaml" else api.to_json(objects), nl=False)
 
 
-@main.command()
+@main.command(cls=Command, cluster=False, examples=[
+    "kdist init                      # writes ./job.yaml",
+    "kdist init train.yaml --force",
+    "kdist init - | less"])
 @click.argument("file", default="job.yaml", type=click.Path(dir_okay=False))
 @click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")
-def init(file: str, force: bool) -> None:
+@cluster_options
+def init(opts: ClusterOptions, file: str, force: bool) -> None:
     """Write a commented starter job file (default ./job.yaml); '-' prints it."""
     text = STARTER.read_text()
     if file == "-":
@@ -184,13 +200,18 @@ def _write_new(path: Path, text: str, force: bool) -> None:
         raise UsageError(f"{path}: cannot write: {e.strerror or e}") from None
 
 
-@main.command()
+@main.command(cls=Command, cluster=False, examples=[
+    "kdist run --local               # the built-in 2-rank DDP starter job",
+    "kdist run --local job.yaml",
+    "kdist run --local job.yaml --raw | tee run.log"])
 @click.argument("file", required=False, type=click.Path(dir_okay=False))
 @click.option("--local", "local", is_flag=True, help="Run on this machine as local processes.")
 @click.option("--raw", is_flag=True,
               help="Only the prefixed lines, no live table (what a pipe or a file gets).")
 @workdir_option
-def run(file: str | None, local: bool, raw: bool, workdir: str | None) -> None:
+@cluster_options
+def run(opts: ClusterOptions, file: str | None, local: bool, raw: bool,
+        workdir: str | None) -> None:
     """Run FILE (default: the built-in starter job) as local process groups.
 
     Same container command and env contract as the pods get, master 127.0.0.1;

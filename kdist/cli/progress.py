@@ -320,14 +320,15 @@ def print_status(state: JobState) -> None:
     console.print(table)
 
 
-def print_jobs(rows: list[Any], all_namespaces: bool) -> None:
+def print_jobs(rows: list[Any], all_namespaces: bool, selector: str = "") -> None:
     """`kdist list`: one row per job of either backend."""
     from rich.console import Console
     from rich.table import Table
 
     console = Console(width=None if _is_tty(sys.stdout) else 200, highlight=False)
     if not rows:
-        console.print(shown("no kdist jobs found"))
+        console.print(shown("no kdist jobs found" + (f" matching -l {selector!r}" if selector
+                                                      else "")))
         return
     table = Table(box=None, pad_edge=False)
     cols = (["NAMESPACE"] if all_namespaces else []) + ["NAME", "BACKEND", "NODES", "PHASE",

@@ -275,13 +275,15 @@ class Cluster:
         raise JobNotFound(f"no job {name} in namespace {namespace} (neither a Job nor a "
                           "PyTorchJob)")
 
-    def list_jobs(self, namespace: str | None) -> list[dict[str, Any]]:
-        """Every kdist job (both backends) in `namespace`, or in all when None."""
+    def list_jobs(self, namespace: str | None, selector: str = "") -> list[dict[str, Any]]:
+        """Every kdist job (both backends) in `namespace`, or in all when None; with a
+        label `selector` (checked already), only those it matches."""
         from kdist.shared.labels import MANAGED_BY
 
+        wanted = ",".join(s for s in (f"{MANAGED_BY}=kdist", selector) if s.strip())
         items: list[dict[str, Any]] = []
         for kind in self.training_kinds():
-            items += self.list_objects(kind, namespace, label_selector=f"{MANAGED_BY}=kdist")
+            items += self.list_objects(kind, namespace, label_selector=wanted)
         return sorted(items, key=lambda j: (j["metadata"].get("namespace", ""),
                                             j["metadata"]["name"]))
 
