@@ -32,8 +32,9 @@ def load_file(file: str, namespace: str | None = None, backend: str | None = Non
               local: bool = False, warn: Warn | None = None) -> TrainingJob:
     """The validated job, with `namespace` and `backend` applied (refused when they contradict it).
 
-    Warns about what is valid but probably not meant (``spec.advice``), except
-    for a local run, which keeps its checkpoints outside the spec's volume.
+    Warns about what is valid but probably not meant (``spec.advice``); for a
+    local run only what holds without pods (its checkpoints are outside the
+    spec's volume, and it finds scripts in the current directory).
     """
     from kdist.rendering import with_backend
     from kdist.spec import load_job
@@ -50,15 +51,15 @@ def load_file(file: str, namespace: str | None = None, backend: str | None = Non
     if namespace and not job.metadata.namespace:
         meta = job.metadata.model_copy(update={"namespace": namespace})
         job = job.model_copy(update={"metadata": meta})
-    if not local:
-        advise(file, job, warn)
+    advise(file, job, warn, local=local)
     return job
 
 
-def advise(file: str, job: TrainingJob, warn: Warn | None = None) -> None:
+def advise(file: str, job: TrainingJob, warn: Warn | None = None, *,
+           local: bool = False) -> None:
     from kdist.spec import advice
 
-    for line in advice(job):
+    for line in advice(job, local=local):
         (warn or _python_warning)(f"{file}: {line}")
 
 
