@@ -42,14 +42,16 @@ FAILED_STOP_GRACE_S = 10.0
 
 
 def run_local(job: Any, *, stdout: IO[str] | None = None, code: Any = None,
-              on_attempt: Callable[[int], None] | None = None) -> int:
+              on_attempt: Callable[[int], None] | None = None,
+              on_interrupt: Callable[[int], None] | None = None) -> int:
     """Run ``job`` as ``job.spec.nodes`` local launchers; return the job's exit code.
 
     The exit code is the most telling one a node exits with (a code error
     before a kill before a lost peer; 0 when all succeed), after up to
-    ``spec.distributed.maxRestarts`` restarts of every node. Raises
-    ``UsageError`` when the spec's port is taken here. `code` (a packed
-    workdir) runs the nodes in a fresh copy of it (``local_workspace``).
+    ``spec.distributed.maxRestarts`` restarts of every node. When the spec's
+    port is taken here (another local run), a free one is used, said in one
+    line on stderr. `code` (a packed workdir) runs the nodes in a fresh copy of
+    it (``local_workspace``). `on_interrupt(signal)`: see ``run_nodes``.
     """
     from kdist.rendering import contract
 
@@ -74,7 +76,12 @@ def run_local(job: Any, *, stdout: IO[str] | None = None, code: Any = None,
     argvs = [[contract.expand_refs(a, env) for a in contract.launch_argv(job)] for env in envs]
     envs = [local_env(env) for env in envs]
     port = int(envs[0].get(E.MASTER_PORT, "29500"))
-    ensure_port_free(port)
+    chosen = free_port(port)
+    if chosen is not None and chosen != port:
+        print(f"kdist: port {port} (spec.distributed.port) is in use here; this local run "
+              f"uses port {chosen}", file=sys.stderr, flush=True)
+        for env in envs:
+            env[E.MASTER_PORT] = str(chosen)
     workspace = None if code is None else local_workspace(job, code, Path.cwd())
     if workspace is not None:
         print(f"kdist: code {code.sha256[:12]} unpacked into {workspace} (the pods' "
@@ -84,7 +91,7 @@ def run_local(job: Any, *, stdout: IO[str] | None = None, code: Any = None,
                 p for p in (str(workspace), env.get("PYTHONPATH")) if p)
     return run_nodes(argvs[0], envs, stdout=stdout,
                      max_restarts=job.spec.distributed.max_restarts, cwd=workspace,
-                     node_argvs=argvs, on_attempt=on_attempt)
+                     node_argvs=argvs, on_attempt=on_attempt, on_interrupt=on_interrupt)
 
 
 def _gpu_env(job: Any, envs: list[dict[str, str]]) -> None:
@@ -209,18 +216,23 @@ def local_env(contract_env: Mapping[str, str]) -> dict[str, str]:
     return env
 
 
-def ensure_port_free(port: int) -> None:
-    """Raise ``UsageError`` when something already listens on ``port`` here."""
+def free_port(port: int) -> int:
+    """``port`` when nothing listens on it here, else a free port the system picks.
+
+    A pod has the port to itself; two local runs on one machine (two notebooks
+    calling ``train(local=True)``) would otherwise meet at the same rendezvous.
+    """
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         # REUSEADDR: a port in TIME_WAIT from the previous run is free to use.
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind(("", port))
-        except OSError as e:
-            raise UsageError(
-                f"port {port} (spec.distributed.port) is in use on this machine ({e.strerror}); "
-                "stop what holds it or choose another port for the local run"
-            ) from None
+            return port
+        except OSError:
+            pass
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("", 0))
+        return int(probe.getsockname()[1])
 
 
 def _python(argv: Sequence[str]) -> list[str]:
@@ -312,6 +324,7 @@ def run_nodes(
     cwd: Path | None = None,
     node_argvs: Sequence[Sequence[str]] | None = None,
     on_attempt: Callable[[int], None] | None = None,
+    on_interrupt: Callable[[int], None] | None = None,
 ) -> int:
     """Start one ``argv`` per env (node), stream their output, return the job's exit code.
 
@@ -322,7 +335,9 @@ def run_nodes(
     Ctrl-C (or SIGTERM) stops every node's process group with that signal (then
     SIGKILL after ``stop_grace_s``), is never retried, and exits 128 + the signal.
     ``node_argvs``: a command line per node, where they differ (``$(KDIST_NODE_RANK)``).
-    ``on_attempt(restart)`` hears of each attempt before its nodes start (a live table).
+    ``on_attempt(restart)`` hears of each attempt before its nodes start (a live table);
+    ``on_interrupt(signal)`` of a Ctrl-C / SIGTERM that ended the run (its exit code alone
+    cannot tell it from a node that exited 130 on its own).
     """
     out = stdout if stdout is not None else sys.stdout
     argvs = list(node_argvs) if node_argvs is not None else [argv] * len(envs)
@@ -333,6 +348,8 @@ def run_nodes(
             on_attempt(restart)
         node, code, interrupted = _run_once(argvs, attempt, out, fail_grace_s, stop_grace_s,
                                             cwd)
+        if interrupted and on_interrupt is not None:
+            on_interrupt(code - 128)
         if interrupted or not exitcodes.is_retryable(code) or restart >= max_restarts:
             return code
         restart += 1

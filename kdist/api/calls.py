@@ -278,7 +278,13 @@ def train(conn: Connection, call: TrainCall, *, local: bool, timeout: float | No
         from kdist.api.files import run_local
 
         tee = _Tee(echo)
-        code = run_local(call.job, code=call.code, stdout=tee)  # type: ignore[arg-type]
+        stopped: list[int] = []
+        code = run_local(call.job, code=call.code, stdout=tee,  # type: ignore[arg-type]
+                         on_interrupt=stopped.append)
+        if stopped:  # Ctrl-C in a notebook: interrupted, as any cell is, not a failed job
+            from kdist.shared.signals import Interrupted
+
+            raise Interrupted(stopped[0])
         if code == 0:
             return _value(tee, 0, call)
         from kdist.shared.exitcodes import describe

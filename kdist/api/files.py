@@ -145,16 +145,19 @@ def security_note(file: str, line: str | None, loud: bool) -> str | None:
 
 
 def run_local(job: TrainingJob, *, code: Packed | None = None,
-              stdout: IO[str] | None = None, observer: Any = None) -> int:
+              stdout: IO[str] | None = None, observer: Any = None,
+              on_interrupt: Callable[[int], None] | None = None) -> int:
     """Run `job` on this machine as `kdist run --local` does; the job's exit code.
 
     With an `observer` (the CLI's live table), it hears of every line and of each
     node's state as `submit`'s observer does (`kdist.api.localview`).
+    `on_interrupt(signal)` hears of a Ctrl-C / SIGTERM that stopped the run (the
+    exit code is then 128 + the signal).
     """
     if observer is not None:
         from kdist.api.localview import run_local_watched
 
-        return run_local_watched(job, observer, code=code)
+        return run_local_watched(job, observer, code=code, on_interrupt=on_interrupt)
     from kdist.local import run_local as run
 
-    return run(job, code=code, stdout=stdout)
+    return run(job, code=code, stdout=stdout, on_interrupt=on_interrupt)

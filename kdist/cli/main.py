@@ -217,14 +217,28 @@ def run(opts: ClusterOptions, file: str | None, local: bool, raw: bool,
     Same container command and env contract as the pods get, master 127.0.0.1;
     every line is prefixed with its rank. On a terminal, the live per-rank table of
     `kdist submit` stays below the lines (--raw: the lines alone, as when piped).
-    Exit code is the job's. With a workdir (--workdir, spec.workdir) the nodes run
-    in .kdist/NAME/workspace, a fresh copy unpacked from the archive the pods would get.
+    The last line says how it ended, how long it took, rank 0's steps and loss
+    (stdout when it succeeded, stderr otherwise). Exit code is the job's; Ctrl-C
+    stops every node and is "interrupted", exit 130 (SIGTERM: 143). When the spec's
+    port is taken here (another local run), a free one is used and said. With a
+    workdir (--workdir, spec.workdir) the nodes run in .kdist/NAME/workspace, a
+    fresh copy unpacked from the archive the pods would get.
     """
     if not local:
         raise UsageError("kdist run needs --local (use `kdist submit FILE` for a cluster)")
     from kdist import api
     from kdist.cli.progress import make_local_display
+    from kdist.cli.running import RunSummary, Sniffing, Tee
 
     job = load(file or str(STARTER), local=True)
     code = pack_code(job, workdir)
-    sys.exit(api.run_local(job, code=code, observer=make_local_display(raw)))
+    summary, stopped = RunSummary(job.metadata.name), list[int]()
+    display = make_local_display(raw)
+    if display is None:
+        exit_code = api.run_local(job, code=code, stdout=Tee(summary),  # type: ignore[arg-type]
+                                  on_interrupt=stopped.append)
+    else:
+        exit_code = api.run_local(job, code=code, observer=Sniffing(display, summary),
+                                  on_interrupt=stopped.append)
+    summary.say(exit_code, stopped[0] if stopped else None)
+    sys.exit(exit_code)

@@ -67,7 +67,7 @@ def test_run_local_refuses_a_symlinked_state_dir_before_deleting(project, monkey
     outside, files = linked(project, link)
     job, code = job_and_code(project)
     monkeypatch.chdir(project)
-    monkeypatch.setattr(local, "ensure_port_free", lambda port: None)
+    monkeypatch.setattr(local, "free_port", lambda port: port)
     monkeypatch.setattr(local, "run_nodes", lambda *a, **k: pytest.fail("nodes started"))
     with pytest.raises(UsageError) as e:
         local.run_local(job, code=code)
