@@ -168,7 +168,7 @@ def _check_rank(job: dict[str, Any], rank: int | None) -> None:
 
     nodes = job_nodes(job)
     if rank is not None and nodes is not None and not 0 <= rank < nodes:
-        raise UsageError(f"rank {rank}: job {job['metadata']['name']} has ranks 0 to "
+        raise UsageError(f"node {rank}: job {job['metadata']['name']} has nodes 0 to "
                          f"{nodes - 1}")
 
 
@@ -216,9 +216,10 @@ def rank_logs(conn: Connection, name: str, *, rank: int | None = None,
         if rank is not None and r.rank != rank:
             continue
         if not r.pod or not tracker.pod_started(r.pod):
-            out.append(RankLog(r.rank, r.pod, [], no_log_note(state, r)))
+            out.append(RankLog(r.rank, r.pod, [], no_log_note(state, r), state.procs_per_node))
             continue
-        out.append(RankLog(r.rank, r.pod, cluster.read_log(r.pod, ns, tail=tail)))
+        out.append(RankLog(r.rank, r.pod, cluster.read_log(r.pod, ns, tail=tail),
+                           procs_per_node=state.procs_per_node))
     return out
 
 

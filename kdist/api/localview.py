@@ -40,6 +40,7 @@ class LocalView:
         s.kind, s.backend, s.nodes = "local run", job.spec.backend, self.nodes
         s.max_steps = max_steps_from_args(job.spec.workload.args or [])
         s.max_restarts = job.spec.distributed.max_restarts
+        s.procs_per_node = self.procs
         for node in range(self.nodes):
             s.rank(node)
         self.restart = 0

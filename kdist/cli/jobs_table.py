@@ -17,11 +17,12 @@ from kdist.shared.terminal import escape
 if TYPE_CHECKING:
     from kdist.api.types import JobState
 
-COLUMNS = ["NAMESPACE", "NAME", "PHASE", "RANKS", "STEP", "LOSS", "SAMPLES/S", "ETA"]
+# NODES: pods running of the job's nodes (a pod is a node; it may run several ranks).
+COLUMNS = ["NAMESPACE", "NAME", "PHASE", "NODES", "STEP", "LOSS", "SAMPLES/S", "ETA"]
 
 
 def row(state: JobState) -> list[str]:
-    """A job's cells: phase, ranks running/total, step/max, loss, throughput, time left;
+    """A job's cells: phase, nodes running/total, step/max, loss, throughput, time left;
     escaped (the namespace, name and phase are the cluster's)."""
     ranks = sorted(state.ranks.values(), key=lambda r: r.rank)
     running = sum(1 for r in ranks if r.phase == "Running")

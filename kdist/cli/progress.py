@@ -1,6 +1,6 @@
 """Showing a job: live progress while it runs, and the `status`/`list` tables.
 
-On a terminal, progress is a rich Live table (per rank: pod, phase,
+On a terminal, progress is a rich Live table (per pod: pod, phase,
 restarts, step with a bar toward --max-steps, loss; elapsed in the title),
 with warnings and log lines printed above it. When stdout is not a
 terminal, it is plain lines, one each time a rank's state changes.
@@ -89,8 +89,14 @@ def shown(value: object, style: str = "") -> Any:
     return Text(escape(value), style=style)
 
 
+def ranks_shown(state: JobState) -> bool:
+    """Whether a "ranks" column says which torch ranks each node holds (procsPerNode > 1)."""
+    return (state.procs_per_node or 1) > 1
+
+
 class PlainDisplay:
-    """One line per change of a rank's state; log lines as `[rank N] ...`."""
+    """One line per change of a pod's state; log lines as `[rank N] ...` (`[node N]` when
+    a pod runs several ranks: its log holds all of them, without a rank's own prefix)."""
 
     def __init__(self, out: IO[str] | None = None, err: IO[str] | None = None,
                  echo_logs: bool = False) -> None:
@@ -100,6 +106,7 @@ class PlainDisplay:
         self.echo_logs = echo_logs
         self.started = time.monotonic()
         self._last: dict[int, tuple[Any, int | None, float]] = {}
+        self.unit = "rank"  # as JobState's default (procsPerNode 1) until the job says
 
     def _print(self, line: str, err: bool = False) -> None:
         """A line of kdist's own (escaped: it holds the cluster's names and words)."""
@@ -111,10 +118,12 @@ class PlainDisplay:
         print(escape(prefix) + log_for(self.out, line), file=self.out, flush=True)
 
     def start(self, state: JobState) -> None:
+        self.unit = state.unit
         self._print(f"watching {state.kind or 'job'} {state.namespace}/{state.name} "
                     f"(Ctrl-C stops watching; the job keeps running)")
 
     def update(self, state: JobState) -> None:
+        self.unit = state.unit
         now = time.monotonic()
         elapsed = duration(now - self.started)
         for r in sorted(state.ranks.values(), key=lambda r: r.rank):
@@ -126,7 +135,8 @@ class PlainDisplay:
             if key == last_key and now - last_time < STEP_EVERY and r.step != state.max_steps:
                 continue
             self._last[r.rank] = (key, r.step, now)
-            line = f"[{elapsed:>6}] rank {r.rank} pod {r.pod} {_phase_text(r)}"
+            held = f" (ranks {state.ranks_of(r.rank)})" if ranks_shown(state) else ""
+            line = f"[{elapsed:>6}] {state.unit} {r.rank}{held} pod {r.pod} {_phase_text(r)}"
             if r.restarts:
                 line += f" restarts {r.restarts}"
             if r.step is not None:
@@ -143,7 +153,7 @@ class PlainDisplay:
 
     def log(self, rank: int | None, line: str) -> None:
         if self.echo_logs:
-            self._print_log(f"[rank {'?' if rank is None else rank}] ", line)
+            self._print_log(f"[{self.unit} {'?' if rank is None else rank}] ", line)
 
     def message(self, line: str) -> None:
         """A line of a local run's output, its `[rank N] ` prefix and all (LocalView)."""
@@ -156,14 +166,19 @@ class PlainDisplay:
 class LogDisplay(PlainDisplay):
     """`kdist logs -f`: log lines on stdout, warnings on stderr, no progress lines."""
 
-    def __init__(self) -> None:
+    def __init__(self, rank_asked: int | None = None) -> None:
         super().__init__(echo_logs=True)
+        self.rank_asked = rank_asked
 
     def start(self, state: JobState) -> None:
-        pass
+        """Before any log is read: --rank is refused here when a pod runs several ranks."""
+        from kdist.cli.cluster_verbs import check_rank_asked
+
+        check_rank_asked(state.name, self.rank_asked, state.procs_per_node)
+        self.unit = state.unit
 
     def update(self, state: JobState) -> None:
-        pass
+        self.unit = state.unit
 
 
 class LiveDisplay(PlainDisplay):
@@ -272,14 +287,17 @@ def progress_table(state: JobState, title: str) -> Any:
     from rich.table import Table
 
     table = Table(title=shown(title), title_justify="left", box=None, pad_edge=False)
-    for col in ("rank", "pod", "phase", "restarts", "step", "", "loss"):
+    held = ranks_shown(state)
+    for col in (state.unit, *(["ranks"] if held else []), "pod", "phase", "restarts", "step",
+                "", "loss"):
         table.add_column(col, no_wrap=True)
     for r in sorted(state.ranks.values(), key=lambda r: r.rank):
         bar: Any = ""
         if state.max_steps and r.step is not None:
             bar = ProgressBar(total=state.max_steps, completed=min(r.step, state.max_steps),
                               width=20)
-        table.add_row(shown(r.rank), shown(r.pod or "-"), shown(_phase_text(r, state)),
+        table.add_row(shown(r.rank), *([shown(state.ranks_of(r.rank))] if held else []),
+                      shown(r.pod or "-"), shown(_phase_text(r, state)),
                       shown(r.restarts), shown(_step_text(r, state.max_steps)), bar,
                       shown(_loss_text(r)))
     return table
@@ -308,15 +326,19 @@ def print_status(state: JobState) -> None:
         console.print(shown(state.failure_line()))
     elif (bad := state.first_failure()) is not None:  # e.g. which rank hung, what was killed
         said = f": {bad.said}" if bad.said else ""
-        console.print(shown(f"restarted after rank {bad.rank} (pod {bad.pod}) exited with code "
-                           f"{bad.exit_code}{said}"))
+        console.print(shown(f"restarted after {state.unit} {bad.rank} (pod {bad.pod}) exited "
+                            f"with code {bad.exit_code}{said}"))
     table = Table(box=None, pad_edge=False)
-    for col in ("RANK", "POD", "PHASE", "RESTARTS", "STEP", "LOSS", "LOSS HISTORY", "NODE"):
+    held = ranks_shown(state)
+    # HOST: the Kubernetes node the pod runs on ("node" is kdist's word for a pod).
+    for col in (state.unit.upper(), *(["RANKS"] if held else []), "POD", "PHASE", "RESTARTS",
+                "STEP", "LOSS", "LOSS HISTORY", "HOST"):
         table.add_column(col, no_wrap=True)
     for r in sorted(state.ranks.values(), key=lambda r: r.rank):
         table.add_row(*(shown(cell) for cell in (
-            r.rank, r.pod or "-", _phase_text(r, state), r.restarts,
-            _step_text(r, state.max_steps), _loss_text(r), sparkline(r.losses), r.node or "-")))
+            r.rank, *([state.ranks_of(r.rank)] if held else []), r.pod or "-",
+            _phase_text(r, state), r.restarts, _step_text(r, state.max_steps), _loss_text(r),
+            sparkline(r.losses), r.node or "-")))
     console.print(table)
 
 

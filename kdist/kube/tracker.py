@@ -98,6 +98,9 @@ class Tracker:
         s.code = template_env(obj, E.CODE_SHA256)
         m = template_env(obj, E.MAX_RESTARTS)
         s.max_restarts = count(m) if m.isascii() and m.isdigit() else None
+        # "auto" (one per GPU) is unknown here; not said at all: the spec's default, 1.
+        p = template_env(obj, E.NPROC_PER_NODE) or "1"
+        s.procs_per_node = (count(p) or None) if p.isascii() and p.isdigit() else None
         s.created = meta.get("creationTimestamp") or s.created
         for r in range(s.nodes or 0):
             s.rank(r)
