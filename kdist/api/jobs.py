@@ -135,7 +135,7 @@ def follow(cluster: Cluster, job: dict[str, Any], observer: Observer, *, logs: b
 
 
 def timeout_line(state: JobState, timeout: float) -> str:
-    waiting = [f"rank {r.rank} {r.phase}" + (f" ({r.reason})" if r.reason else "")
+    waiting = [f"{state.unit} {r.rank} {r.phase}" + (f" ({r.reason})" if r.reason else "")
                for r in sorted(state.ranks.values(), key=lambda r: r.rank)
                if r.phase != "Succeeded"]
     return escape(f"timed out after {timeout:g}s: job {state.name} has not finished"

@@ -1,4 +1,4 @@
-"""The cluster verbs: submit, status, logs, list, delete — a thin shell over `kdist.api`.
+"""The cluster verbs: submit, status, list, wait, delete — a thin shell over `kdist.api`.
 
 They parse flags, call the API, and print through `kdist.cli.progress`. The
 `kubernetes` client and `rich` are imported inside the commands, so
@@ -31,7 +31,7 @@ from kdist.cli.options import (
 )
 from kdist.cli.say import say
 from kdist.shared.errors import JobFailed, JobNotFound, UsageError
-from kdist.shared.terminal import escape, log_for
+from kdist.shared.terminal import escape
 
 
 def _opts(opts: ClusterOptions) -> dict[str, Any]:
@@ -226,7 +226,7 @@ def _finish(state: Any, started: float) -> None:
     raise JobFailed(state.failure_line())
 
 
-# ---- status, logs ------------------------------------------------------------------------------
+# ---- status ----------------------------------------------------------------------------------
 
 
 @click.command(cls=Command, examples=[
@@ -258,89 +258,6 @@ def status(opts: ClusterOptions, name: str, output: str, plot: str | None = None
         print_status(state)
     if plot is not None:
         draw(client, name, plot)
-
-
-@click.command(cls=Command, examples=[
-    "kdist logs demo",
-    "kdist logs demo -f -n team-a          # follow to the end, across restarts",
-    "kdist logs demo --node 1 --tail 100   # pod 1 (with procsPerNode 2: ranks 2-3)"])
-@click.argument("name")
-@click.option("--node", type=click.IntRange(min=0, max=100_000),
-              help="Only this node's log (pod N of the job; with procsPerNode > 1 it holds "
-                   "the lines of all its ranks).")
-@click.option("--rank", type=click.IntRange(min=0, max=100_000),
-              help="Only this rank (torch's RANK): where each pod runs one process; with "
-                   "more, refused in favour of --node.")
-@click.option("-f", "--follow", is_flag=True,
-              help="Wait through Pending, follow every node across restarts, end with the job "
-                   "(exit 1 if it failed).")
-@click.option("--tail", type=click.IntRange(min=0, max=10_000_000),
-              help="Start from the last N lines of each log.")
-@cluster_options
-def logs(opts: ClusterOptions, name: str, node: int | None, rank: int | None, follow: bool,
-         tail: int | None) -> None:
-    """Print the logs of job NAME, each pod's lines prefixed with `[rank N] `.
-
-    "rank" is torch's RANK: with procsPerNode > 1 a pod (a node) runs several
-    ranks and its log holds all of their lines, so they are prefixed `[node N] `
-    instead (N the pod's index; it holds ranks N x procsPerNode and up).
-    On a terminal a line keeps its colours; any other escape sequence in it is
-    shown as text (^[), not obeyed. Piped or redirected, lines pass as the pods
-    wrote them, as `kubectl logs` passes them.
-    """
-    from kdist import api
-
-    _name(name)
-    if node is not None and rank is not None:
-        raise UsageError("give --node or --rank, not both")
-    chosen = node if node is not None else rank
-    with _rank_words(rank):
-        if follow:
-            from kdist.cli.progress import LogDisplay
-
-            with _watching(name, api.namespace(**_opts(opts))):
-                api.wait(name, logs=True, tail=tail, rank=chosen,
-                         observer=LogDisplay(rank_asked=rank), **_opts(opts))
-            return
-        entries = api.rank_logs(name, rank=chosen, tail=tail, **_opts(opts))
-    if entries:
-        check_rank_asked(name, rank, entries[0].procs_per_node)
-    for entry in entries:
-        unit = "rank" if entry.procs_per_node == 1 else "node"
-        if entry.note:
-            say(f"[{unit} {entry.rank}] ({entry.note})", err=True)
-        for line in entry.lines:
-            # color=True: click would strip colours when piped; kdist passes them on
-            # (log_for decides what a terminal gets).
-            click.echo(f"[{unit} {entry.rank}] {log_for(sys.stdout, line)}", color=True)
-
-
-@contextmanager
-def _rank_words(rank: int | None) -> Iterator[None]:
-    """The API counts pods (node ranks): a --rank it finds out of range is said as --rank,
-    with where to go when the pods run several ranks each."""
-    try:
-        yield
-    except UsageError as e:
-        if rank is None or not str(e).startswith(f"node {rank}:"):
-            raise
-        raise UsageError(f"--rank {rank}: {e}; where a pod runs several ranks, choose its "
-                         "pod with --node") from None
-
-
-def check_rank_asked(name: str, rank: int | None, procs_per_node: int | None) -> None:
-    """UsageError when --rank cannot mean torch's RANK: the pods run several ranks each
-    (or "auto", one per GPU), and a pod's log is all of its node's ranks together."""
-    if rank is None or procs_per_node == 1:
-        return
-    if procs_per_node is None:
-        raise UsageError(f"--rank {rank}: job {name} runs procsPerNode \"auto\" (or does not "
-                         "say): a pod's log holds all of its node's ranks; use --node N (pod N)")
-    node = rank // procs_per_node
-    first = node * procs_per_node
-    raise UsageError(f"--rank {rank}: job {name} runs {procs_per_node} ranks per node and a "
-                     f"pod's log holds all of them: use --node {node} (ranks "
-                     f"{first}-{first + procs_per_node - 1})")
 
 
 # ---- list, delete ------------------------------------------------------------------------------
@@ -448,4 +365,4 @@ def delete(opts: ClusterOptions, name: str, wait: bool, timeout: float) -> None:
         + (" (every object is gone)" if wait else ""))
 
 
-COMMANDS = [submit, status, logs, list_, wait, delete]
+COMMANDS = [submit, status, list_, wait, delete]  # logs: kdist.cli.logs

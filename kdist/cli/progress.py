@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from typing import IO, TYPE_CHECKING, Any
 
 from kdist.api.types import parse_time
@@ -166,15 +167,14 @@ class PlainDisplay:
 class LogDisplay(PlainDisplay):
     """`kdist logs -f`: log lines on stdout, warnings on stderr, no progress lines."""
 
-    def __init__(self, rank_asked: int | None = None) -> None:
+    def __init__(self, on_start: Callable[[JobState], None] | None = None) -> None:
         super().__init__(echo_logs=True)
-        self.rank_asked = rank_asked
+        self.on_start = on_start
 
     def start(self, state: JobState) -> None:
-        """Before any log is read: --rank is refused here when a pod runs several ranks."""
-        from kdist.cli.cluster_verbs import check_rank_asked
-
-        check_rank_asked(state.name, self.rank_asked, state.procs_per_node)
+        """`on_start(state)` first: the job is known, no log read yet (it may refuse)."""
+        if self.on_start is not None:
+            self.on_start(state)
         self.unit = state.unit
 
     def update(self, state: JobState) -> None:

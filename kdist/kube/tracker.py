@@ -189,7 +189,7 @@ class Tracker:
 
     def _pod_warnings(self, pod: dict[str, Any], v: PodView, old: PodView | None) -> list[str]:
         status = pod.get("status") or {}
-        who = f"rank {v.rank} (pod {v.name})"
+        who = f"{self.state.unit} {v.rank} (pod {v.name})"
         out: list[str] = []
         conditions = {c.get("type"): c for c in status.get("conditions") or []
                       if c.get("status") in ("True", "False")}
