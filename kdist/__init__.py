@@ -10,7 +10,7 @@ The Python API (docs/DESIGN.md, "Python API"; the CLI is a shell over it):
     client.train(fn, nodes=2)           # a function on every rank; rank 0's return value
     kdist.submit(job), kdist.status(name), ...  # the same over a default client
 
-In a training script (README, "Bring your own script"): ``kdist.preemption_requested()``
+In a training script (docs/byo-script.md): ``kdist.preemption_requested()``
 once per step, then save and ``sys.exit(kdist.PREEMPTED)``.
 
 Everything is imported on first use: the container side (``kdist.launch``,
