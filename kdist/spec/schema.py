@@ -21,9 +21,9 @@ EACH_DEFAULT = "each field's default"  # an object's default is its fields' defa
 
 
 def job_schema() -> dict[str, Any]:
-    """The JSON Schema (draft 2020-12, pydantic's dialect) of a job.yaml."""
-    schema = _untitled(TrainingJob.model_json_schema(by_alias=True, mode="validation"))
-    return {"$schema": "https://json-schema.org/draft/2020-12/schema",
+    """The JSON Schema (draft-07, what yaml-language-server reads) of a job.yaml."""
+    schema = _portable(TrainingJob.model_json_schema(by_alias=True, mode="validation"))
+    return {"$schema": "http://json-schema.org/draft-07/schema#",
             "title": "kdist TrainingJob (job.yaml)", **schema}
 
 
@@ -32,11 +32,13 @@ def schema_text() -> str:
     return json.dumps(job_schema(), indent=2, ensure_ascii=False) + "\n"
 
 
-def _untitled(node: Any) -> Any:
-    """pydantic's titles ("Procspernode") only repeat the key, worse: drop them. Only schema
-    keywords are touched, never a property that happens to be called "title"."""
+def _portable(node: Any) -> Any:
+    """pydantic's 2020-12 schema as draft-07 says it, which every editor reads: types under
+    "definitions", and a $ref with a description or default beside it wrapped in allOf
+    (draft-07 ignores a $ref's siblings). pydantic's titles ("Procspernode") only repeat
+    the key, worse: dropped. Only schema keywords are touched, never values (defaults)."""
     if isinstance(node, list):
-        return [_untitled(n) for n in node]
+        return [_portable(n) for n in node]
     if not isinstance(node, dict):
         return node
     out: dict[str, Any] = {}
@@ -44,11 +46,16 @@ def _untitled(node: Any) -> Any:
         if key == "title":
             continue
         if key in ("properties", "$defs"):
-            out[key] = {name: _untitled(sub) for name, sub in value.items()}
+            out["definitions" if key == "$defs" else key] = {
+                name: _portable(sub) for name, sub in value.items()}
         elif key in ("items", "additionalProperties", "anyOf", "allOf", "oneOf"):
-            out[key] = _untitled(value)
+            out[key] = _portable(value)
+        elif key == "$ref":
+            out[key] = value.replace("#/$defs/", "#/definitions/")
         else:
             out[key] = value  # default, enum, const...: values, kept as they are
+    if "$ref" in out and len(out) > 1:
+        out = {"allOf": [{"$ref": out.pop("$ref")}], **out}
     return out
 
 
@@ -64,7 +71,7 @@ class FieldDoc:
     default: Any = _MISSING     # a JSON value; _MISSING when there is none
     values: str = ""            # "one of: auto, nccl, gloo", "1 to 1000"
     fields: tuple[FieldDoc, ...] = field(default=(), repr=False)
-    ref: str = ""               # the $defs type it is ("Checkpoint"); "" when inline
+    ref: str = ""               # the named type it is ("Checkpoint"); "" when inline
 
     @property
     def name(self) -> str:
@@ -91,15 +98,18 @@ class FieldDoc:
 def tree(schema: dict[str, Any] | None = None) -> FieldDoc:
     """The whole TrainingJob as a FieldDoc tree."""
     schema = schema or job_schema()
-    return _doc("", schema, schema["$defs"], required=True, depth=0)
+    return _doc("", schema, schema["definitions"], required=True, depth=0)
 
 
 def _resolve(node: dict[str, Any], defs: dict[str, Any]) -> tuple[dict[str, Any], str, str]:
-    """The node with its $ref and optional-null wrapper undone, the $defs type it names,
+    """The node with its $ref and optional-null wrapper undone, the named type,
     and that type's own description (the field's stays in "description")."""
     options = [o for o in node.get("anyOf", []) if o != {"type": "null"}]
     if len(options) == 1:
         node = {**{k: v for k, v in node.items() if k != "anyOf"}, **options[0]}
+    wrapped = node.get("allOf", [])
+    if len(wrapped) == 1 and "$ref" in wrapped[0]:  # draft-07's $ref with siblings
+        node = {**{k: v for k, v in node.items() if k != "allOf"}, **wrapped[0]}
     ref = node.get("$ref", "")
     if not ref:
         return node, "", ""

@@ -21,7 +21,7 @@ from kdist.spec import docsgen
 from kdist.spec.schema import job_schema
 from tests.unit.golden import ROOT
 
-VALIDATOR = jsonschema.Draft202012Validator(job_schema())
+VALIDATOR = jsonschema.Draft7Validator(job_schema())
 
 
 def test_committed_reference_and_schema_are_fresh():
@@ -50,7 +50,7 @@ def test_generation_is_deterministic_and_imports_no_torch():
 
 
 def test_the_schema_is_valid_and_ships_as_package_data():
-    jsonschema.Draft202012Validator.check_schema(job_schema())
+    jsonschema.Draft7Validator.check_schema(job_schema())
     assert "job.schema.json" in (ROOT / "pyproject.toml").read_text()
 
 
