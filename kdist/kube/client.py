@@ -19,6 +19,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from kdist.kube import kinds
+from kdist.kube.answers import checked, created_problem, listed
 from kdist.kube.config import ClusterOptions, KubeConfig
 from kdist.kube.errors import (
     RETRYABLE_STATUS,
@@ -193,8 +194,14 @@ class Cluster:
         kind, meta = kinds.of(obj), obj["metadata"]
         ns = meta["namespace"]
         query = {"fieldManager": FIELD_MANAGER, **({"dryRun": "All"} if dry_run else {})}
-        return self.request(Action("create", kind.plural, ns, meta["name"]), "POST",
-                            kind.collection(ns), query, obj)
+        answer = self.request(Action("create", kind.plural, ns, meta["name"]), "POST",
+                              kind.collection(ns), query, obj)
+        problem = created_problem(answer, obj, dry_run)
+        if problem:  # it may exist all the same: undo it like the rest
+            left = [] if dry_run else self._rollback([obj])[1]
+            raise PartlyUndone(f"{problem}; deleting it failed too: {left[0]}", left) if left \
+                else ClusterError(problem if dry_run else f"{problem}; deleted it again")
+        return answer
 
     def _rollback(self, created: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
         """Delete what a failed submission created: (what was deleted, what could not be,
@@ -216,14 +223,16 @@ class Cluster:
     def get(self, kind: kinds.Kind, name: str, namespace: str) -> dict[str, Any]:
         obj = self.request(Action("get", kind.plural, namespace, name), "GET",
                            kind.item(namespace, name))
-        return dict(obj, kind=obj.get("kind") or kind.kind)
+        return checked(dict(obj, kind=obj.get("kind") or kind.kind), kind,
+                       f"the answer to GET {kind.kind} {name}")
 
     def list_objects(self, kind: kinds.Kind, namespace: str | None,
              **selectors: str) -> list[dict[str, Any]]:
         query = {_SELECTOR_PARAMS[k]: v for k, v in selectors.items()}
         answer = self.request(Action("list", kind.plural, namespace), "GET",
                               kind.collection(namespace), query)
-        return [dict(i, kind=kind.kind) for i in answer.get("items") or []]
+        where = f"in namespace {namespace}" if namespace else "in every namespace"
+        return listed(answer, kind, f"the list of {kind.plural} {where}")
 
     def serves(self, kind: kinds.Kind) -> bool:
         """Whether the cluster serves `kind` (asked once per kind, by discovery)."""
