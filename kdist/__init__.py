@@ -34,10 +34,11 @@ _LAZY = {
     "TimedOut": "kdist.shared.errors",
     "UsageError": "kdist.shared.errors",
     "TrainingJob": "kdist.spec.model",
-    "load_job": "kdist.spec.load",
-    "parse_job": "kdist.spec.load",
-    "render": "kdist.rendering.render",
-    "to_yaml": "kdist.rendering.render",
+    # The job-file functions through kdist.api, which checks their arguments first.
+    "load_job": "kdist.api.files",
+    "parse_job": "kdist.api.files",
+    "render": "kdist.api.files",
+    "to_yaml": "kdist.api.files",
     "Client": "kdist.api",
     "metrics": "kdist.api",
     "train": "kdist.api",
@@ -72,7 +73,7 @@ if TYPE_CHECKING:
         wait,
         wait_many,
     )
-    from kdist.rendering.render import render, to_yaml
+    from kdist.api.files import load_job, parse_job, render, to_yaml
     from kdist.runtime.preemption import PREEMPTED, preemption_requested
     from kdist.shared.errors import (
         ClusterError,
@@ -83,7 +84,6 @@ if TYPE_CHECKING:
         TimedOut,
         UsageError,
     )
-    from kdist.spec.load import load_job, parse_job
     from kdist.spec.model import TrainingJob
 
 

@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from kdist.local_state import local_checkpoint_dir, state_dir
 from kdist.shared import env as E
 from kdist.shared import exitcodes
 from kdist.shared.errors import UsageError
@@ -156,14 +157,14 @@ def local_workspace(job: Any, code: Any, cwd: Path) -> Path:
     from kdist.launch_code import UnpackError, unpack
     from kdist.rendering.code_configmaps import to_configmaps
 
-    state = cwd / ".kdist" / job.metadata.name
+    state = state_dir(job.metadata.name, cwd)
     parts, workspace = state / "code", state / "workspace"
     try:
         for path in (parts, workspace):
-            if path.is_symlink() or path.is_file():
+            if path.is_symlink() or path.is_file():  # the link goes, never what it points to
                 path.unlink()
             elif path.exists():
-                shutil.rmtree(path)
+                shutil.rmtree(path)  # removes the links inside, never follows them
         parts.mkdir(parents=True)
         for cm in to_configmaps(job.metadata.name, None, code, {}):
             for key, data in cm["binaryData"].items():
@@ -181,6 +182,7 @@ def _preflight(job: Any) -> None:
     """What a local run needs, checked before any process starts (UsageError, exit 2)."""
     import importlib.util
 
+    state_dir(job.metadata.name, Path.cwd())  # first: refused with or without torch
     try:
         has_torch = importlib.util.find_spec("torch") is not None
     except (ImportError, ValueError):  # a broken install, or torch blocked in sys.modules
@@ -188,28 +190,17 @@ def _preflight(job: Any) -> None:
     if not has_torch:
         raise UsageError("kdist run --local needs torch, which is not installed here: "
                          "pip install 'kdist[train]' (or any torch >= 2.8)")
-    state = Path.cwd() / ".kdist"
-    for path in (state, state / job.metadata.name):
-        if path.exists() and not path.is_dir():
-            raise UsageError(f"{path}: kdist keeps local runs' state in this directory, but it "
-                             "is a file; move it away")
-
-
-def local_checkpoint_dir(job: Any, cwd: Path) -> Path | None:
-    """Where a local run keeps checkpoints: `.kdist/<name>/checkpoints` under `cwd`.
-
-    The spec's path (e.g. /checkpoints) is a mount point inside the pods; on a
-    workstation it is usually not writable, and a second local run should
-    resume from the first one's checkpoints as a resubmitted job would.
-    """
-    if job.spec.checkpoint is None:
-        return None
-    return cwd / ".kdist" / job.metadata.name / "checkpoints"
 
 
 def local_env(contract_env: Mapping[str, str]) -> dict[str, str]:
-    """This process's environment plus the pod's contract, as a local node sees it."""
-    env = {**os.environ, **contract_env, E.LOG_PREFIX: "1", "PYTHONUNBUFFERED": "1"}
+    """The pod's contract over this process's environment, less every name the contract
+    owns (``env.contract_owned``: KDIST_*, RANK, MASTER_ADDR, TORCHELASTIC_*...): a stale
+    KDIST_CHECKPOINT_DIR in the shell must not change a local run as it would never change
+    a pod. The CLI reads its own settings (KDIST_REQUEST_TIMEOUT...) itself; of kdist's
+    variables only ``env.LOCAL_PASSTHROUGH`` (the fault drills' hook) reaches the nodes."""
+    inherited = {k: v for k, v in os.environ.items()
+                 if not E.contract_owned(k) or k in E.LOCAL_PASSTHROUGH}
+    env = {**inherited, **contract_env, E.LOG_PREFIX: "1", "PYTHONUNBUFFERED": "1"}
     # A source checkout (not an installed kdist) must stay importable for the
     # launcher and its workers, whatever their working directory.
     root = str(Path(__file__).resolve().parent.parent)

@@ -6,6 +6,8 @@ They parse flags, call the API, and print through `kdist.cli.progress`. The
 any request (`kdist.api.check_name`). Ctrl-C (or SIGTERM) while watching
 leaves the job running and exits 130 with a hint to reattach; while creating,
 it undoes the submission (`kdist.cli.submitting`) and says what is left.
+Every line holding the cluster's names or words goes out through
+`kdist.cli.say.say` (escaped); pod log lines through `kdist.shared.terminal.log_for`.
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ from kdist.cli.options import (
     backend_option,
     workdir_option,
 )
+from kdist.cli.say import say
 from kdist.shared.errors import JobFailed, JobNotFound, UsageError
+from kdist.shared.terminal import escape, log_for
 
 
 def _opts(opts: ClusterOptions) -> dict[str, Any]:
@@ -42,7 +46,7 @@ def _interrupts(line: Callable[[KeyboardInterrupt], str]) -> Iterator[None]:
         try:
             yield
         except KeyboardInterrupt as e:
-            click.echo(f"\ninterrupted: {line(e)}", err=True)
+            click.echo(f"\ninterrupted: {escape(line(e))}", err=True)
             sys.exit(130)
 
 
@@ -83,7 +87,8 @@ def _selector(ctx: click.Context, param: click.Parameter, value: str) -> str:
               help="client: print the objects that would be sent; server: send them with "
                    "dryRun=All and report the API server's verdict.")
 @click.option("--replace", is_flag=True,
-              help="Delete an existing job of the same name first (and wait until it is gone).")
+              help="Delete an existing kdist job of the same name first (and wait until it "
+                   "is gone); a same-named job kdist did not make is refused.")
 @backend_option
 @click.option("--timeout", type=Seconds(), metavar="SECONDS",
               help="Stop waiting after SECONDS (exit 1; the job keeps running).")
@@ -136,21 +141,20 @@ def _submit_one(opts: ClusterOptions, file: str, wait: bool, follow: bool, dry_r
         ledger.submitted, started = True, time.monotonic()
         say_pod_security(file, sub.objects)
         for w in sub.warnings:
-            click.echo(f"warning: the API server says: {w}", err=True)
+            say(f"warning: the API server says: {w}", err=True)
         suffix = " (server dry run: accepted, nothing persisted)" if dry_run else ""
         for obj in sub.objects:
             if obj.get("kind") != "ConfigMap":
-                click.echo(f"{ref(obj)} created in namespace {sub.namespace}{suffix}")
+                say(f"{ref(obj)} created in namespace {sub.namespace}{suffix}")
         if code is not None:
             # One line for the code's ConfigMaps, however many chunks it took.
             names = [o["metadata"]["name"] for o in sub.objects if o.get("kind") == "ConfigMap"]
             span = names[0] if len(names) == 1 else f"{names[0]}..{names[-1].rsplit('-', 1)[1]}"
-            click.echo(f"configmap/{span} created in namespace {sub.namespace}{suffix} (code "
-                       f"{code.sha256[:12]}: {code.files} files, {len(code.archive):,} bytes "
-                       "packed)")
+            say(f"configmap/{span} created in namespace {sub.namespace}{suffix} (code "
+                f"{code.sha256[:12]}: {code.files} files, {len(code.archive):,} bytes packed)")
         if not wait and not dry_run:
-            click.echo(f"follow it with `kdist -n {sub.namespace} status {sub.name}` or "
-                       f"`kdist -n {sub.namespace} logs -f {sub.name}`")
+            say(f"follow it with `kdist -n {sub.namespace} status {sub.name}` or "
+                f"`kdist -n {sub.namespace} logs -f {sub.name}`")
 
     display = None
     if wait and dry_run is None:
@@ -193,8 +197,8 @@ def _submit_many(opts: ClusterOptions, files: tuple[str, ...], wait: bool, follo
     failed: list[str] = []
     for ns, names in by_namespace.items():
         def ended(state: Any) -> None:
-            click.echo(f"job {state.name} succeeded" if state.outcome == "Succeeded"
-                       else state.failure_line(), err=state.outcome != "Succeeded")
+            say(f"job {state.name} succeeded" if state.outcome == "Succeeded"
+                else state.failure_line(), err=state.outcome != "Succeeded")
         with _watching(", ".join(names), ns):
             states = api.wait_many(names, timeout=timeout, check=False, on_end=ended,
                                    **dict(_opts(opts), namespace=ns))
@@ -209,7 +213,7 @@ def _finish(state: Any, started: float) -> None:
     from kdist.cli.progress import duration
 
     if state.outcome == "Succeeded":
-        click.echo(f"job {state.name} succeeded in {duration(time.monotonic() - started)}")
+        say(f"job {state.name} succeeded in {duration(time.monotonic() - started)}")
         return
     raise JobFailed(state.failure_line())
 
@@ -256,7 +260,12 @@ def status(opts: ClusterOptions, name: str, output: str, plot: str | None = None
 @click.pass_obj
 def logs(opts: ClusterOptions, name: str, rank: int | None, follow: bool,
          tail: int | None) -> None:
-    """Print the logs of job NAME, every rank's lines prefixed with `[rank N] `."""
+    """Print the logs of job NAME, every rank's lines prefixed with `[rank N] `.
+
+    On a terminal a line keeps its colours; any other escape sequence in it is
+    shown as text (^[), not obeyed. Piped or redirected, lines pass as the pods
+    wrote them, as `kubectl logs` passes them.
+    """
     from kdist import api
 
     _name(name)
@@ -269,9 +278,11 @@ def logs(opts: ClusterOptions, name: str, rank: int | None, follow: bool,
         return
     for entry in api.rank_logs(name, rank=rank, tail=tail, **_opts(opts)):
         if entry.note:
-            click.echo(f"[rank {entry.rank}] ({entry.note})", err=True)
+            say(f"[rank {entry.rank}] ({entry.note})", err=True)
         for line in entry.lines:
-            click.echo(f"[rank {entry.rank}] {line}")
+            # color=True: click would strip colours when piped; kdist passes them on
+            # (log_for decides what a terminal gets).
+            click.echo(f"[rank {entry.rank}] {log_for(sys.stdout, line)}", color=True)
 
 
 # ---- list, delete ------------------------------------------------------------------------------
@@ -336,9 +347,9 @@ def wait(opts: ClusterOptions, names: tuple[str, ...], all_jobs: bool, selector:
 
     def ended(state: Any) -> None:
         if state.outcome == "Succeeded":
-            click.echo(f"job {state.name} succeeded")
+            say(f"job {state.name} succeeded")
         else:
-            click.echo(f"{state.failure_line()}", err=True)
+            say(state.failure_line(), err=True)
 
     ns = api.namespace(**_opts(opts))
     with _watching(", ".join(names) or "the jobs", ns):
@@ -359,12 +370,15 @@ def wait(opts: ClusterOptions, names: tuple[str, ...], all_jobs: bool, selector:
               help="How long --wait waits.")
 @click.pass_obj
 def delete(opts: ClusterOptions, name: str, wait: bool, timeout: float) -> None:
-    """Delete job NAME with foreground propagation: its pods, Service and the job itself."""
+    """Delete job NAME with foreground propagation: its pods, Service and the job itself.
+
+    Only kdist's objects (labelled app.kubernetes.io/managed-by=kdist and
+    kdist.dev/job-name=NAME): a same-named job kdist did not make is refused (exit 2)."""
     from kdist import api
 
     gone = api.delete(_name(name), wait=wait, timeout=timeout, **_opts(opts))
-    click.echo(f"deleted {', '.join(gone.objects)} in namespace {gone.namespace}"
-               + (" (every object is gone)" if wait else ""))
+    say(f"deleted {', '.join(gone.objects)} in namespace {gone.namespace}"
+        + (" (every object is gone)" if wait else ""))
 
 
 COMMANDS = [submit, status, logs, list_, wait, delete]

@@ -20,6 +20,7 @@ from kdist.cli.options import (
     output_option,
     workdir_option,
 )
+from kdist.cli.say import say
 from kdist.shared.errors import KdistError, UsageError
 
 if TYPE_CHECKING:  # the spec model imports pydantic: not for `kdist --help`
@@ -35,8 +36,10 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except KdistError as e:
+            # Escaped as the error was made (KdistError); say() again, whatever an
+            # error's own __init__ did: nothing in it is obeyed by the terminal.
             for line in str(e).splitlines() or [type(e).__name__]:
-                click.echo(f"error: {line}", err=True)
+                say(f"error: {line}", err=True)
             sys.exit(e.exit_code)
         except click.exceptions.Exit:
             raise
@@ -62,7 +65,7 @@ def main(ctx: click.Context, kubeconfig: str | None, context: str | None,
 
 
 def _warn(line: str) -> None:
-    click.echo(f"warning: {line}", err=True)
+    say(f"warning: {line}", err=True)
 
 
 def load(file: str, namespace: str | None = None, backend: str | None = None, *,

@@ -4,10 +4,11 @@ Objects travel as plain dicts, exactly as rendered and exactly as the API
 returns them, so what `--dry-run=client` prints is what is sent and what the
 watch sees is what tests record. The `kubernetes` package supplies the
 kubeconfig handling (TLS, tokens, exec plugins, in-cluster config) and its
-urllib3 pool; URLs come from `kdist.kube.kinds` only, and every answer is
-checked to be the Kubernetes API's (an HTML page is an error, not a crash).
-Each request is bounded by the request timeout (default 15 s): a server that
-accepts and never answers fails the verb with a clear message.
+urllib3 pool, with the proxy kdist chose (`kdist.kube.proxy`); messages name
+the server without its user:password (`errors.redacted`). URLs come from
+`kdist.kube.kinds` only, and every answer is checked to be the Kubernetes API's
+(an HTML page is an error, not a crash). Each request is bounded by the request
+timeout (default 15 s): a server that never answers fails the verb, one line.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlencode
 
-from kdist.kube import kinds
+from kdist.kube import kinds, owned
 from kdist.kube.answers import checked, created_problem, listed
 from kdist.kube.config import ClusterOptions, KubeConfig
 from kdist.kube.errors import (
@@ -29,7 +30,10 @@ from kdist.kube.errors import (
     Transient,
     api_error,
     not_the_api,
+    redacted,
+    unreachable,
 )
+from kdist.kube.trust import check_token
 from kdist.shared.errors import ClusterError, JobNotFound, KdistError, OperatorMissing
 from kdist.shared.limits import MAX_ANSWER_BYTES, MAX_EVENT_BYTES
 
@@ -53,7 +57,11 @@ class Cluster:
 
         rest = pieces()[2]
         self.configuration = configuration
-        self.server: str = str(configuration.host).rstrip("/")
+        self._base = str(configuration.host).rstrip("/")  # what requests go to
+        proxy = getattr(configuration, "proxy", None)
+        #: The server as messages name it: no user:password, and the proxy in between.
+        self.server: str = redacted(self._base) + (
+            f" via the proxy {redacted(proxy)}" if proxy else "")
         self.request_timeout = request_timeout
         self._pool = rest.RESTClientObject(configuration).pool_manager
         self._served: dict[str, bool] = {}  # kind -> served, from discovery
@@ -76,6 +84,7 @@ class Cluster:
         token = cfg.get_api_key_with_prefix("authorization") or \
             cfg.get_api_key_with_prefix("BearerToken")
         if token:
+            check_token(token, "the kubeconfig's credentials")  # a refreshed one too
             headers["Authorization"] = token
         return headers
 
@@ -87,7 +96,7 @@ class Cluster:
         """
         import urllib3
 
-        url = self.server + path + (f"?{urlencode(query)}" if query else "")
+        url = self._base + path + (f"?{urlencode(query)}" if query else "")
         data = None if body is None else json.dumps(body).encode()
         timeout = urllib3.Timeout(connect=min(CONNECT_TIMEOUT, self.request_timeout),
                                   read=read_timeout or self.request_timeout)
@@ -126,8 +135,8 @@ class Cluster:
             raise api_error(e, action, self.server) from None
         except _transport_errors() as e:
             if transient:
-                raise Transient(str(self._unreachable(e))) from None
-            raise self._unreachable(e) from None
+                raise Transient(str(unreachable(e, self.server, self.request_timeout))) from None
+            raise unreachable(e, self.server, self.request_timeout) from None
         try:
             answer = json.loads(data or b"{}")
         except ValueError:
@@ -139,19 +148,6 @@ class Cluster:
             answer["__warnings__"] = [_warning_text(w) for w in warnings]
         return answer
 
-    def _unreachable(self, e: BaseException) -> ClusterError:
-        import urllib3
-
-        if isinstance(e, (urllib3.exceptions.TimeoutError, TimeoutError)) or \
-                "timed out" in str(e).lower():
-            return ClusterError(
-                f"the API server at {self.server} did not answer within "
-                f"{self.request_timeout:g}s (set --request-timeout or $KDIST_REQUEST_TIMEOUT "
-                "for a slow server)")
-        reason = getattr(e, "reason", None) or e
-        return ClusterError(f"cluster unreachable at {self.server}: "
-                            f"{' '.join(str(reason).split())}")
-
     # -- create ---------------------------------------------------------------------------
 
     def create(self, objects: list[dict[str, Any]], *,
@@ -160,33 +156,46 @@ class Cluster:
 
         Objects after the first are owned by it (ownerReferences to its uid, known
         once it exists), so deleting the job removes everything. If one fails,
-        the ones already created are deleted again. Ctrl-C and SIGTERM wait for
-        the request in flight (a POST cut short would leave an object kdist does
-        not know it made), then the same rollback runs to its end, a second
+        the ones already created are deleted again: by the names kdist sent and
+        the uids the server gave them (`undo`); an answer that names another
+        object than the one sent is refused as malformed. Ctrl-C and SIGTERM wait
+        for the request in flight (a POST cut short would leave an object kdist
+        does not know it made), then the same rollback runs to its end, a second
         signal notwithstanding, and `Interrupted` says what it deleted and left.
         """
         from kdist.shared.signals import Interrupted, held
 
         created: list[dict[str, Any]] = []
+        made: list[owned.Made] = []  # what to undo, by kdist's own names
         warnings: list[str] = []
         with held() as pending:
             try:
                 for obj in objects:
                     if pending.signum is not None:
                         break
-                    if created and not dry_run:
-                        obj = _owned_by(obj, created[0])
-                    made = self._create_one(obj, dry_run)
-                    warnings += made.pop("__warnings__", [])
-                    created.append(made)
+                    if made and not dry_run:
+                        obj = owned.owned_by(obj, made[0])
+                    answer = self._create_one(obj, dry_run)
+                    done, malformed = owned.made(obj, answer, dry_run)
+                    made.append(done)
+                    problem = created_problem(answer, obj, dry_run)
+                    if problem:  # it may exist all the same: the rollback below undoes it
+                        raise ClusterError(problem)
+                    if malformed:
+                        raise ClusterError(
+                            f"the API server at {self.server} answered the creation of "
+                            f"{done.ref} in namespace {done.namespace} with {malformed}: a "
+                            "malformed answer, not trusted")
+                    warnings += answer.pop("__warnings__", [])
+                    created.append(answer)
             except BaseException as e:
-                _, left = ([], []) if dry_run else self._rollback(created)
+                _, left = ([], []) if dry_run else self.undo(made)
                 if left and isinstance(e, KdistError):
                     raise PartlyUndone(f"{e}; undoing the submission failed too: "
                                        f"{'; '.join(left)}", left) from e
                 raise
             if pending.signum is not None:
-                undone, left = ([], []) if dry_run else self._rollback(created)
+                undone, left = ([], []) if dry_run else self.undo(made)
                 raise Interrupted(pending.signum, undone=undone, left=left)
         return created, warnings
 
@@ -194,28 +203,23 @@ class Cluster:
         kind, meta = kinds.of(obj), obj["metadata"]
         ns = meta["namespace"]
         query = {"fieldManager": FIELD_MANAGER, **({"dryRun": "All"} if dry_run else {})}
-        answer = self.request(Action("create", kind.plural, ns, meta["name"]), "POST",
-                              kind.collection(ns), query, obj)
-        problem = created_problem(answer, obj, dry_run)
-        if problem:  # it may exist all the same: undo it like the rest
-            left = [] if dry_run else self._rollback([obj])[1]
-            raise PartlyUndone(f"{problem}; deleting it failed too: {left[0]}", left) if left \
-                else ClusterError(problem if dry_run else f"{problem}; deleted it again")
-        return answer
+        return self.request(Action("create", kind.plural, ns, meta["name"]), "POST",
+                            kind.collection(ns), query, obj)
 
-    def _rollback(self, created: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
-        """Delete what a failed submission created: (what was deleted, what could not be,
-        with why)."""
+    def undo(self, made: list[owned.Made]) -> tuple[list[str], list[str]]:
+        """Delete what a failed submission created, last first: (what was deleted, what
+        could not be, with why). Each goes by the name kdist sent and, where the server's
+        answer gave one, with that uid as a precondition: an object of that name made
+        meanwhile by anyone else is not deleted."""
         undone, left = [], []
-        for obj in reversed(created):
-            kind, meta = kinds.of(obj), obj["metadata"]
+        for m in reversed(made):
             try:
-                self.delete_object(kind, meta["name"], meta["namespace"])
-                undone.append(f"{kind.ref}/{meta['name']}")
+                self.delete_object(m.kind, m.name, m.namespace, uid=m.uid)
+                undone.append(m.ref)
             except JobNotFound:
-                undone.append(f"{kind.ref}/{meta['name']}")  # gone already (its owner's)
+                undone.append(m.ref)  # gone already (its owner's)
             except KdistError as e:
-                left.append(f"{kind.ref}/{meta['name']} ({e})")
+                left.append(f"{m.ref} ({e})")
         return undone, left
 
     # -- read -----------------------------------------------------------------------------
@@ -304,65 +308,74 @@ class Cluster:
         except HttpError as e:
             raise api_error(e, action, self.server) from None
         except _transport_errors() as e:
-            raise self._unreachable(e) from None
+            raise unreachable(e, self.server, self.request_timeout) from None
 
     # -- delete ---------------------------------------------------------------------------
 
     def delete(self, name: str, namespace: str) -> list[str]:
         """Delete job `name` (foreground), its Service and pods (`sources.wait_gone` waits).
 
-        Returns what was deleted (`job.batch/x`, ...). Works on jobs created by
-        `kubectl apply` of the rendered manifests too (no ownerReference there):
-        their code ConfigMaps are found by label.
+        Returns what was deleted (`job.batch/x`, ...). Only kdist's objects go
+        (`labels.made_by_kdist`): a Job or PyTorchJob of that name that kdist did
+        not make is a UsageError before anything is deleted; a Service that is
+        not kdist's is left alone. Each delete carries the uid that was checked,
+        so an object put in its place meanwhile is not deleted either. Works on
+        jobs created by `kubectl apply` of the rendered manifests too (no
+        ownerReference there): their code ConfigMaps are found by label.
         """
         deleted = []
-        for kind in (*self.training_kinds(), kinds.SERVICE):
-            if kind is kinds.SERVICE and not self._is_kdist_object(kind, name, namespace):
-                continue
+        for kind, uid in self._kdists_objects(name, namespace):
             try:
-                self.delete_object(kind, name, namespace)
+                self.delete_object(kind, name, namespace, uid=uid)
                 deleted.append(f"{kind.ref}/{name}")
-            except (JobNotFound, OperatorMissing):
-                continue
+            except JobNotFound:
+                continue  # deleted meanwhile
         deleted += self._delete_unowned_configmaps(name, namespace)
         if not deleted:
             raise JobNotFound(f"no job {name} in namespace {namespace}")
         return deleted
 
+    def _kdists_objects(self, name: str, namespace: str) -> list[tuple[kinds.Kind, str | None]]:
+        """The training objects and the Service named `name` that are kdist's, with their
+        uids; UsageError when a training object of that name is not kdist's."""
+        found: list[tuple[kinds.Kind, str | None]] = []
+        for kind in (*self.training_kinds(), kinds.SERVICE):
+            try:
+                obj = self.get(kind, name, namespace)
+            except (JobNotFound, OperatorMissing):
+                continue
+            if owned.is_kdists(kind, obj, name, namespace):
+                found.append((kind, obj["metadata"].get("uid") or None))
+        return found
+
     def _delete_unowned_configmaps(self, name: str, namespace: str) -> list[str]:
         """The code ConfigMaps of job `name` that no object owns (applied with kubectl).
 
-        Owned ones go with their job (foreground: before it). Only kdist's label
-        selects them, so a user's own ConfigMaps are never touched.
+        Owned ones go with their job (foreground: before it). Only kdist's labels
+        select them, so a user's own ConfigMaps are never touched.
         """
-        from kdist.shared.labels import selector_string
+        from kdist.shared.labels import made_by_kdist, selector_string
 
         deleted = []
         for cm in self.list_objects(kinds.CONFIGMAP, namespace,
                                     label_selector=selector_string(name)):
             meta = cm["metadata"]
-            if meta.get("ownerReferences"):
+            if meta.get("ownerReferences") or not made_by_kdist(cm, name):
                 continue
             try:
-                self.delete_object(kinds.CONFIGMAP, meta["name"], namespace)
+                self.delete_object(kinds.CONFIGMAP, meta["name"], namespace,
+                                   uid=meta.get("uid") or None)
                 deleted.append(f"{kinds.CONFIGMAP.ref}/{meta['name']}")
             except JobNotFound:
                 continue  # deleted meanwhile
         return deleted
 
-    def _is_kdist_object(self, kind: kinds.Kind, name: str, namespace: str) -> bool:
-        from kdist.shared.labels import JOB_NAME
-
-        try:
-            obj = self.get(kind, name, namespace)
-        except JobNotFound:
-            return False
-        return (obj["metadata"].get("labels") or {}).get(JOB_NAME) == name
-
-    def delete_object(self, kind: kinds.Kind, name: str, namespace: str) -> None:
-        """Delete one named object, foreground (its dependents first)."""
+    def delete_object(self, kind: kinds.Kind, name: str, namespace: str, *,
+                      uid: str | None = None) -> None:
+        """Delete one named object, foreground (its dependents first); with `uid`, only if
+        the object of that name still is that one (else a 409, a ClusterError)."""
         self.request(Action("delete", kind.plural, namespace, name), "DELETE",
-                     kind.item(namespace, name), {"propagationPolicy": "Foreground"})
+                     kind.item(namespace, name), body=owned.delete_options(uid))
 
     def watch_lines(self, path: str, query: dict[str, Any], read_timeout: float,
                     action: Action) -> Iterator[str]:
@@ -398,17 +411,6 @@ class Cluster:
 
 
 _SELECTOR_PARAMS = {"label_selector": "labelSelector", "field_selector": "fieldSelector"}
-
-
-def _owned_by(obj: dict[str, Any], owner: dict[str, Any]) -> dict[str, Any]:
-    """A copy of `obj` owned by `owner` (garbage-collected with it; foreground waits for it)."""
-    ref = {
-        "apiVersion": owner["apiVersion"], "kind": owner["kind"],
-        "name": owner["metadata"]["name"], "uid": owner["metadata"]["uid"],
-        "blockOwnerDeletion": True,
-    }
-    meta = dict(obj["metadata"], ownerReferences=[ref])
-    return dict(obj, metadata=meta)
 
 
 def _warning_text(value: str) -> str:

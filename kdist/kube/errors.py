@@ -7,12 +7,20 @@ reconnect), never shown to a user; everything else is a ``KdistError``.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from kdist.shared.errors import ClusterError, JobNotFound, KdistError, OperatorMissing
 
 RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
+# scheme://user:password@ (or a bare user:password@ before a host): the part never printed.
+_USERINFO = re.compile(r"^((?:[A-Za-z][A-Za-z0-9+.-]*:)?//)?[^/?#]*@")
+
+
+def redacted(url: str) -> str:
+    """`url` as kdist prints it: a server's or proxy's user:password replaced by ***."""
+    return _USERINFO.sub(lambda m: f"{m.group(1) or ''}***@", url, count=1)
 
 
 class Gone(Exception):
@@ -58,6 +66,25 @@ class HttpError(Exception):
         return body if isinstance(body, dict) and body.get("kind") == "Status" else {}
 
 
+def unreachable(e: BaseException, server: str, request_timeout: float) -> ClusterError:
+    """A transport failure (urllib3's or the OS's) as the message the user sees."""
+    import urllib3
+
+    exc = urllib3.exceptions
+    # NewConnectionError (refused, no such host) is a TimeoutError subclass in urllib3 2.
+    timeout = isinstance(e, (exc.TimeoutError, TimeoutError)) and not isinstance(
+        e, exc.NewConnectionError)
+    if timeout or "timed out" in str(e).lower():
+        return ClusterError(
+            f"the API server at {server} did not answer within {request_timeout:g}s (set "
+            "--request-timeout or $KDIST_REQUEST_TIMEOUT for a slow server)")
+    if isinstance(e, exc.ProxyError):
+        reason: object = f"the proxy: {e.original_error}"
+    else:
+        reason = getattr(e, "reason", None) or e
+    return ClusterError(f"cluster unreachable at {server}: {' '.join(str(reason).split())}")
+
+
 def not_the_api(server: str, what: str, content_type: str, body: bytes) -> ClusterError:
     """The server answered, but not as a Kubernetes API server does (HTML, a proxy page)."""
     sample = " ".join(body[:80].decode("utf-8", "replace").split())
@@ -74,6 +101,8 @@ def api_error(e: HttpError, action: Action, server: str) -> KdistError:
     status = e.status_object()
     body_text = " ".join(e.body[:200].decode("utf-8", "replace").split())
     message = status.get("message") or body_text or e.reason
+    if not status:  # not the API server's words, maybe a proxy's: say where they came from
+        message = f"{message[:150]} (from {server})"
     details = status.get("details") or {}
     if e.status == 409 and action.verb == "create":
         other = "" if action.resource in ("jobs", KF_PLURAL) else \
@@ -81,6 +110,10 @@ def api_error(e: HttpError, action: Action, server: str) -> KdistError:
         return ClusterError(
             f"job {action.name} already exists {where}{other}: use --replace or "
             f"`kdist delete {action.name}`")
+    if e.status == 409 and action.verb == "delete":  # a uid precondition failed
+        return ClusterError(
+            f"{action.resource} {action.name} {where} is no longer the object kdist checked "
+            "or created (another of that name took its place): not deleted")
     if e.status == 403:
         return ClusterError(f"forbidden: {action.verb} {action.resource} {where}: {message}")
     if e.status == 401:

@@ -25,6 +25,7 @@ from kdist.kube.errors import Gone, Transient
 from kdist.kube.objects import parse_time
 from kdist.kube.tracker import Tracker
 from kdist.shared.errors import ClusterError
+from kdist.shared.terminal import escape
 
 # A watch or log stream that ends this fast with nothing in it counts as a failure
 # (backoff), so a server or proxy that keeps closing at once is not hammered.
@@ -373,7 +374,9 @@ class Session:
             if self.ranks is None or rank in self.ranks:
                 yield "log", (rank, payload[1])
         for w in warnings:
-            yield "warning", w
+            # Made of the cluster's words (messages, reasons, names): shown, never obeyed,
+            # one line each (kdist.shared.terminal), whoever the observer is.
+            yield "warning", escape(w)
         yield "update", None
 
     def _start_log_followers(self) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 
 from kdist.kube.objects import DELETED, job_pod_templates
 from kdist.shared import exitcodes
+from kdist.shared.terminal import escape
 
 
 @dataclass
@@ -100,7 +101,14 @@ class JobState:
                    key=lambda f: (exitcodes.severity(f.exit_code), f.finished_at, f.rank))
 
     def failure_line(self) -> str:
-        """One line naming why the job failed: the rank and its exit code when known."""
+        """One line naming why the job failed: the rank and its exit code when known.
+
+        Escaped whole (kdist.shared.terminal): names and words from the cluster in it
+        are shown, never obeyed, and cannot break it into two lines.
+        """
+        return escape(self._failure_words())
+
+    def _failure_words(self) -> str:
         bad = self.first_failure()
         what = f"job {self.name} failed"
         if self.outcome == DELETED:

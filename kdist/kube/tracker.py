@@ -30,6 +30,7 @@ from kdist.kube.objects import (
 from kdist.kube.state import Failure, JobState, RankState, template_env
 from kdist.shared import env as E
 from kdist.shared import exitcodes
+from kdist.shared.terminal import escape
 
 __all__ = ["Failure", "JobState", "RankState", "Tracker"]
 MAX_HISTORY = 500
@@ -68,7 +69,7 @@ class Tracker:
         """Kueue's Workload of this job: queued (and why), admitted, or never fitting."""
         s = self.state
         verdict, message = workload_state(workload)
-        queue = (workload.get("spec") or {}).get("queueName") or s.queue_name or "?"
+        queue = escape((workload.get("spec") or {}).get("queueName") or s.queue_name or "?")
         s.queue_name, s.queue_status, s.queue_message = queue, verdict, message
         if verdict == "admitted":
             return self._warn(("queue", verdict), f"job {s.name} {message}")
@@ -103,8 +104,10 @@ class Tracker:
         done = terminal_condition(obj)
         if done is not None and s.outcome is None:
             s.outcome, cond = done
-            s.reason = cond.get("reason") or cond.get("type", "")
-            s.message = cond.get("message", "")
+            # The condition's words, escaped as read (kdist.shared.terminal): they reach
+            # the user's terminal in tables, failure lines and exceptions.
+            s.reason = escape(cond.get("reason") or cond.get("type", ""))
+            s.message = escape(cond.get("message", ""))
             s.finished = cond.get("lastTransitionTime") or (obj.get("status") or {}).get(
                 "completionTime")
         return []

@@ -2,7 +2,7 @@
 
 It records every request in order (method, raw path, query, body), answers
 from a `Store` of fixture objects (get, list with label/field selectors,
-create with dryRun, delete with propagation, watch, pod logs, discovery of
+create with dryRun, delete with propagation and a uid precondition, watch, pod logs, discovery of
 kubeflow.org/v1), and can be told to misbehave: answer HTML, never answer,
 answer 5xx, or send a given Status. Every write is checked by
 `routes.write_problem`; what it flags lands in `violations`, which the test
@@ -328,7 +328,8 @@ class _Handler(BaseHTTPRequestHandler):
             propagation = req.query.get("propagationPolicy") or options.get(
                 "propagationPolicy") or "Background"
             dry = req.query.get("dryRun") == "All" or options.get("dryRun") == ["All"]
-            return self._json(200, store.delete(plural, ns, route.name, propagation, dry))
+            uid = (options.get("preconditions") or {}).get("uid")
+            return self._json(200, store.delete(plural, ns, route.name, propagation, dry, uid))
         if route.shape == "subresource" and route.subresource == "log" and method == "GET":
             return self._log(api, ns or "", route.name, req.query)
         raise ApiStatus(status_body(405, "MethodNotAllowed",

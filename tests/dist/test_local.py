@@ -71,3 +71,38 @@ def test_busy_port_is_refused_with_a_clear_message(tmp_path):
         port = holder.getsockname()[1]
         with pytest.raises(UsageError, match=rf"port {port} \(spec.distributed.port\) is in use"):
             run_local(load_job(write_job(tmp_path, port)))
+
+
+PROBE = Path(__file__).resolve().parents[1] / "compat" / "programs" / "env_probe.py"
+PROBE_JOB = """\
+apiVersion: kdist/v1alpha1
+kind: TrainingJob
+metadata: {{name: local-env}}
+spec:
+  image: kdist-train:test
+  nodes: 1
+  procsPerNode: 1
+  workload: {{command: [python, {probe}]}}
+  distributed: {{backend: gloo, port: {port}}}
+  resources: {{cpu: "1", memory: 1Gi}}
+"""
+
+
+@pytest.mark.timeout(60)
+def test_a_local_rank_gets_the_contract_not_the_shells_kdist_variables(tmp_path, monkeypatch):
+    """A pod never sees the user's shell: a stale KDIST_* (or RANK, TORCHELASTIC_*) there
+    must not reach a local run's ranks either; the user's own variables still do."""
+    monkeypatch.chdir(tmp_path)
+    stale = {"KDIST_PROGRESS_TIMEOUT": "1", "KDIST_CHECKPOINT_DIR": str(tmp_path / "stale"),
+             "KDIST_GPUS": "8", "TORCHELASTIC_RUN_ID": "stale", "PET_NNODES": "9"}
+    for name, value in {**stale, "MY_OWN_SETTING": "kept", "KDIST_FAULT_KILL_AT": "0:99"}.items():
+        monkeypatch.setenv(name, value)
+    path = tmp_path / "job.yaml"
+    path.write_text(PROBE_JOB.format(probe=json.dumps(str(PROBE)), port=free_port()))
+    out = io.StringIO()
+    assert run_local(load_job(path), stdout=out) == 0, out.getvalue()
+    [seen] = [json.loads(line.partition("ENV ")[2])["env"] for line in
+              out.getvalue().splitlines() if "ENV {" in line]
+    assert {k: seen[k] for k in stale if k in seen} == {"TORCHELASTIC_RUN_ID": "local-env"}
+    assert seen["MY_OWN_SETTING"] == "kept" and seen["KDIST_JOB_NAME"] == "local-env"
+    assert seen["KDIST_FAULT_KILL_AT"] == "0:99"  # the fault drills' hook, on purpose
