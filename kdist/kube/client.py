@@ -7,9 +7,8 @@ kubeconfig handling (TLS, tokens, exec plugins, in-cluster config) and its
 urllib3 pool, with the proxy kdist chose (`kdist.kube.proxy`); messages name
 the server without its user:password (`errors.redacted`). URLs come from
 `kdist.kube.kinds` only, and every answer is checked to be the Kubernetes API's
-(an HTML page is an error, not a crash).
-Each request is bounded by the request timeout (default 15 s): a server that
-accepts and never answers fails the verb with a clear message.
+(an HTML page is an error, not a crash). Each request is bounded by the request
+timeout (default 15 s): a server that never answers fails the verb, one line.
 """
 
 from __future__ import annotations
@@ -21,6 +20,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from kdist.kube import kinds, owned
+from kdist.kube.answers import checked, created_problem, listed
 from kdist.kube.config import ClusterOptions, KubeConfig
 from kdist.kube.errors import (
     RETRYABLE_STATUS,
@@ -178,6 +178,9 @@ class Cluster:
                     answer = self._create_one(obj, dry_run)
                     done, malformed = owned.made(obj, answer, dry_run)
                     made.append(done)
+                    problem = created_problem(answer, obj, dry_run)
+                    if problem:  # it may exist all the same: the rollback below undoes it
+                        raise ClusterError(problem)
                     if malformed:
                         raise ClusterError(
                             f"the API server at {self.server} answered the creation of "
@@ -224,14 +227,16 @@ class Cluster:
     def get(self, kind: kinds.Kind, name: str, namespace: str) -> dict[str, Any]:
         obj = self.request(Action("get", kind.plural, namespace, name), "GET",
                            kind.item(namespace, name))
-        return dict(obj, kind=obj.get("kind") or kind.kind)
+        return checked(dict(obj, kind=obj.get("kind") or kind.kind), kind,
+                       f"the answer to GET {kind.kind} {name}")
 
     def list_objects(self, kind: kinds.Kind, namespace: str | None,
              **selectors: str) -> list[dict[str, Any]]:
         query = {_SELECTOR_PARAMS[k]: v for k, v in selectors.items()}
         answer = self.request(Action("list", kind.plural, namespace), "GET",
                               kind.collection(namespace), query)
-        return [dict(i, kind=kind.kind) for i in answer.get("items") or []]
+        where = f"in namespace {namespace}" if namespace else "in every namespace"
+        return listed(answer, kind, f"the list of {kind.plural} {where}")
 
     def serves(self, kind: kinds.Kind) -> bool:
         """Whether the cluster serves `kind` (asked once per kind, by discovery)."""
