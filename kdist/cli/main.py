@@ -144,8 +144,14 @@ def render(opts: ClusterOptions, file: str, output: str, backend: str | None,
 @click.argument("file", default="job.yaml", type=click.Path(dir_okay=False))
 @click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")
 def init(file: str, force: bool) -> None:
-    """Write a commented starter job file (default ./job.yaml); '-' prints it."""
-    text = STARTER.read_text()
+    """Write a commented starter job file (default ./job.yaml); '-' prints it.
+
+    Its first line points editors at job.yaml's JSON Schema (yaml-language-server).
+    """
+    from kdist.api.explain import schema_modeline
+
+    where = Path.cwd() if file == "-" else Path(file).parent
+    text = schema_modeline(where) + STARTER.read_text()
     if file == "-":
         click.echo(text, nl=False)
         return
@@ -207,3 +213,13 @@ def run(file: str | None, local: bool, raw: bool, workdir: str | None) -> None:
     job = load(file or str(STARTER), local=True)
     code = pack_code(job, workdir)
     sys.exit(api.run_local(job, code=code, observer=make_local_display(raw)))
+
+
+def _register_explain() -> None:
+    # Its own module (kdist.cli.explain); it needs no cluster, like the verbs above.
+    from kdist.cli.explain import explain
+
+    main.add_command(explain)
+
+
+_register_explain()

@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from kdist.kube import bodies, kinds, owned
+from kdist.kube.answers import checked, listed
 from kdist.kube.config import ClusterOptions, KubeConfig
 from kdist.kube.errors import (
     RETRYABLE_STATUS,
@@ -108,14 +109,16 @@ class Cluster(Transport):
     def get(self, kind: kinds.Kind, name: str, namespace: str) -> dict[str, Any]:
         obj = self.request(Action("get", kind.plural, namespace, name), "GET",
                            kind.item(namespace, name))
-        return dict(obj, kind=obj.get("kind") or kind.kind)
+        return checked(dict(obj, kind=obj.get("kind") or kind.kind), kind,
+                       f"the answer to GET {kind.kind} {name}")
 
     def list_objects(self, kind: kinds.Kind, namespace: str | None,
              **selectors: str) -> list[dict[str, Any]]:
         query = {_SELECTOR_PARAMS[k]: v for k, v in selectors.items()}
         answer = self.request(Action("list", kind.plural, namespace), "GET",
                               kind.collection(namespace), query)
-        return [dict(i, kind=kind.kind) for i in answer.get("items") or []]
+        where = f"in namespace {namespace}" if namespace else "in every namespace"
+        return listed(answer, kind, f"the list of {kind.plural} {where}")
 
     def serves(self, kind: kinds.Kind) -> bool:
         """Whether the cluster serves `kind` (asked once per kind, by discovery)."""

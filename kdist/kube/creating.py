@@ -20,6 +20,7 @@ import secrets
 from typing import Any, Protocol
 
 from kdist.kube import kinds, owned
+from kdist.kube.answers import created_problem
 from kdist.kube.errors import Action, MaybeDone, PartlyUndone
 from kdist.shared.errors import ClusterError, JobNotFound, KdistError, OperatorMissing
 from kdist.shared.labels import JOB_NAME
@@ -65,6 +66,9 @@ def create(cluster: Cluster, objects: list[dict[str, Any]], *,
                 answer = _create_one(cluster, obj, dry_run, made)
                 done, malformed = owned.made(obj, answer, dry_run)
                 made.append(done)
+                problem = created_problem(answer, obj, dry_run)
+                if problem:  # it may exist all the same: the rollback below undoes it
+                    raise ClusterError(problem)
                 if malformed:
                     raise ClusterError(
                         f"the API server at {cluster.server} answered the creation of "
