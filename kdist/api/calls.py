@@ -74,6 +74,7 @@ class TrainCall:
         checks.count(procs_per_node, "procs_per_node", 1, 64)
         image = DEFAULT_IMAGE if image is None else checks.text(image, "image")
         env = _mapping(env, "env")
+        workdir = None if workdir is None else checks.path(workdir, "workdir")
         root: Path | None
         if isinstance(fn, (str, os.PathLike)):
             root, command, what = _script(fn, workdir, args)

@@ -8,6 +8,7 @@ Python warnings (a notebook shows them).
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,8 +21,9 @@ if TYPE_CHECKING:
     from kdist.spec.model import TrainingJob
 
 Warn = Callable[[str], None]
-__all__ = ["Packed", "TrainingJob", "Validated", "load_file", "pack_code", "pod_security",
-           "render_objects", "run_local", "security_note", "to_json", "to_yaml", "validate_file"]
+__all__ = ["Packed", "TrainingJob", "Validated", "load_file", "load_job", "pack_code",
+           "parse_job", "pod_security", "render", "render_objects", "run_local",
+           "security_note", "to_json", "to_yaml", "validate_file"]
 
 
 def _python_warning(line: str) -> None:
@@ -91,14 +93,43 @@ def pod_security(objects: list[dict[str, Any]]) -> tuple[str | None, bool]:
 
 
 def render_objects(job: TrainingJob, code: Packed | None = None) -> list[dict[str, Any]]:
-    from kdist.rendering import render
+    """`kdist.render`: every Kubernetes object of `job`, its arguments checked first (a
+    path or text as `code` is a UsageError naming it, not a traceback from the renderer)."""
+    from kdist.api import checks
+    from kdist.rendering import render as render_job
 
-    return render(job, code)
+    return render_job(checks.job(job, or_file=False), checks.code(code))
+
+
+render = render_objects
+
+
+def load_job(path: str | os.PathLike[str]) -> TrainingJob:
+    """`kdist.load_job`: read and validate a job file (SpecError with every problem)."""
+    from kdist.api import checks
+    from kdist.spec import load_job as load
+
+    return load(checks.path(path, "path"))
+
+
+def parse_job(data: str | bytes, source: str = "<job>") -> TrainingJob:
+    """`kdist.parse_job`: validate job YAML already in memory; `source` names it."""
+    from kdist.api import checks
+    from kdist.spec import parse_job as parse
+
+    if not isinstance(data, (str, bytes)):
+        raise UsageError(f"data: expected the job's YAML as str or bytes, not "
+                         f"{type(data).__name__}")
+    return parse(data, checks.text(source, "source"))
 
 
 def to_yaml(objects: list[dict[str, Any]]) -> str:
+    """`kdist.to_yaml`: the objects (`render`'s list) as multi-document YAML."""
     from kdist.rendering import to_yaml as dump
 
+    if not isinstance(objects, list) or not all(isinstance(o, dict) for o in objects):
+        raise UsageError(f"objects: expected the list of dicts kdist.render returns, not "
+                         f"{type(objects).__name__}")
     return dump(objects)
 
 

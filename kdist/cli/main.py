@@ -160,8 +160,14 @@ def render(opts: ClusterOptions, file: str, output: str, backend: str | None,
 @click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")
 @cluster_options
 def init(opts: ClusterOptions, file: str, force: bool) -> None:
-    """Write a commented starter job file (default ./job.yaml); '-' prints it."""
-    text = STARTER.read_text()
+    """Write a commented starter job file (default ./job.yaml); '-' prints it.
+
+    Its first line points editors at job.yaml's JSON Schema (yaml-language-server).
+    """
+    from kdist.api.explain import schema_modeline
+
+    where = Path.cwd() if file == "-" else Path(file).parent
+    text = schema_modeline(where) + STARTER.read_text()
     if file == "-":
         click.echo(text, nl=False)
         return
@@ -242,3 +248,13 @@ def run(opts: ClusterOptions, file: str | None, local: bool, raw: bool,
                                   on_interrupt=stopped.append)
     summary.say(exit_code, stopped[0] if stopped else None)
     sys.exit(exit_code)
+
+
+def _register_explain() -> None:
+    # Its own module (kdist.cli.explain); it needs no cluster, like the verbs above.
+    from kdist.cli.explain import explain
+
+    main.add_command(explain)
+
+
+_register_explain()

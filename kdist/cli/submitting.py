@@ -187,6 +187,7 @@ def submit_many(opts: ClusterOptions, files: tuple[str, ...], dry_run: str | Non
     options = {"kubeconfig": opts.kubeconfig, "context": opts.context,
                "request_timeout": opts.request_timeout}
     ledger = Ledger(options)
+    warned: set[str] = set()
     file, job = jobs[0]
     with interruptible():
         try:
@@ -202,7 +203,9 @@ def submit_many(opts: ClusterOptions, files: tuple[str, ...], dry_run: str | Non
                     continue
                 ledger.created.append((file, sub))
                 for w in sub.warnings:
-                    say(f"warning: the API server says: {w}", err=True)
+                    if w not in warned:  # once per distinct text in the whole batch
+                        warned.add(w)
+                        say(f"warning: the API server says: {w}", err=True)
                 suffix = " (server dry run: accepted, nothing persisted)" if dry_run else ""
                 say(f"{ref(sub.objects[0])} created in namespace {sub.namespace}{suffix}")
         except (KdistError, KeyboardInterrupt) as e:

@@ -1,15 +1,17 @@
 """The cluster client: raw JSON over the official client's configured connection.
 
 Objects travel as plain dicts, exactly as rendered and exactly as the API
-returns them, so what `--dry-run=client` prints is what is sent and what the
-watch sees is what tests record. The `kubernetes` package supplies the
-kubeconfig handling (TLS, tokens, exec plugins, in-cluster config) and its
-urllib3 pool, with the proxy kdist chose (`kdist.kube.proxy`); messages name
-the server without its user:password (`errors.redacted`). URLs come from
-`kdist.kube.kinds` only, and every answer is checked to be the Kubernetes API's
-(an HTML page is an error, not a crash).
-Each request is bounded by the request timeout (default 15 s): a server that
-accepts and never answers fails the verb with a clear message.
+returns them, so what `--dry-run=client` prints is what is sent (ownerReferences
+and the submission token aside, `kdist.kube.owned.sent_as`) and what the watch
+sees is what tests record. The `kubernetes` package supplies the kubeconfig
+handling (TLS, tokens, exec plugins, in-cluster config) and its urllib3 pool,
+with the proxy kdist chose (`kdist.kube.proxy`); messages name the server
+without its user:password (`errors.redacted`). URLs come from `kdist.kube.kinds`
+only, and every answer is checked to be the Kubernetes API's (an HTML page is an
+error, not a crash). Each request ends by its deadline, the request timeout
+(default 15 s), connecting and the whole answer included; answers are read in
+bounded pieces, never past kdist's caps; a 429 asking for a short wait is sent
+again (`kdist.kube.transport`).
 """
 
 from __future__ import annotations
@@ -18,52 +20,33 @@ import json
 import threading
 from collections.abc import Iterator
 from typing import Any
-from urllib.parse import urlencode
 
-from kdist.kube import kinds, owned
+from kdist.kube import bodies, kinds, owned
+from kdist.kube.answers import checked, listed
 from kdist.kube.config import ClusterOptions, KubeConfig
 from kdist.kube.errors import (
     RETRYABLE_STATUS,
     Action,
     HttpError,
-    PartlyUndone,
+    MaybeDone,
     Transient,
+    Unanswered,
     api_error,
     not_the_api,
-    redacted,
-    unreachable,
 )
-from kdist.kube.trust import check_token
-from kdist.shared.errors import ClusterError, JobNotFound, KdistError, OperatorMissing
+from kdist.kube.transport import Transport
+from kdist.shared.errors import JobNotFound, OperatorMissing
 from kdist.shared.limits import MAX_ANSWER_BYTES, MAX_EVENT_BYTES
 
-FIELD_MANAGER = "kdist"
-CONNECT_TIMEOUT = 10.0
 WATCH_SECONDS = 60  # server-side timeoutSeconds of each watch; the read timeout is longer
 LOG_READ_TIMEOUT = 120  # a log quiet this long is reconnected (and checked) once
 
 
-def _transport_errors() -> tuple[type[BaseException], ...]:
-    import urllib3
-
-    return (urllib3.exceptions.HTTPError, OSError)
-
-
-class Cluster:
+class Cluster(Transport):
     """One API server, as the kubeconfig (and --context) says."""
 
     def __init__(self, configuration: Any, request_timeout: float) -> None:
-        from kdist.kube.official import pieces
-
-        rest = pieces()[2]
-        self.configuration = configuration
-        self._base = str(configuration.host).rstrip("/")  # what requests go to
-        proxy = getattr(configuration, "proxy", None)
-        #: The server as messages name it: no user:password, and the proxy in between.
-        self.server: str = redacted(self._base) + (
-            f" via the proxy {redacted(proxy)}" if proxy else "")
-        self.request_timeout = request_timeout
-        self._pool = rest.RESTClientObject(configuration).pool_manager
+        super().__init__(configuration, request_timeout)
         self._served: dict[str, bool] = {}  # kind -> served, from discovery
         self._lock = threading.Lock()
 
@@ -76,162 +59,66 @@ class Cluster:
 
     # -- one request ---------------------------------------------------------------------
 
-    def _headers(self, content_type: str | None = None) -> dict[str, str]:
-        headers = {"Accept": "application/json", "User-Agent": "kdist"}
-        if content_type:
-            headers["Content-Type"] = content_type
-        cfg = self.configuration
-        token = cfg.get_api_key_with_prefix("authorization") or \
-            cfg.get_api_key_with_prefix("BearerToken")
-        if token:
-            check_token(token, "the kubeconfig's credentials")  # a refreshed one too
-            headers["Authorization"] = token
-        return headers
-
-    def open(self, method: str, path: str, query: dict[str, Any] | None = None,
-             body: Any = None, *, read_timeout: float | None = None) -> Any:
-        """The raw (unread) urllib3 response of one request; HttpError for a non-2xx answer.
-
-        Transport failures (refused, reset, timed out) raise urllib3/OSError errors.
-        """
-        import urllib3
-
-        url = self._base + path + (f"?{urlencode(query)}" if query else "")
-        data = None if body is None else json.dumps(body).encode()
-        timeout = urllib3.Timeout(connect=min(CONNECT_TIMEOUT, self.request_timeout),
-                                  read=read_timeout or self.request_timeout)
-        resp = self._pool.request(
-            method, url, body=data, preload_content=False, retries=False, timeout=timeout,
-            headers=self._headers("application/json" if data is not None else None))
-        if not 200 <= resp.status < 300:
-            body_bytes = resp.read(1 << 20)
-            resp.release_conn()
-            raise HttpError(resp.status, resp.reason or "", body_bytes)
-        return resp
-
     def request(self, action: Action, method: str, path: str,
                 query: dict[str, Any] | None = None, body: Any = None, *,
                 transient: bool = False) -> dict[str, Any]:
-        """One request's JSON answer; every failure becomes a KdistError.
+        """One request's JSON answer; every failure becomes a KdistError: `MaybeDone`
+        for a create answered 5xx or unanswered once sent (it may have happened).
 
         With `transient`, a transport failure or a 429/5xx raises `Transient`
         instead, for a caller that retries (the watch loop).
         """
+        def once() -> tuple[bytearray, str]:
+            with self.exchange(method, path, query, body, what=action) as (resp, _):
+                where = f"the API server at {self.server} answered {method} {path}"
+                data = bodies.whole(bodies.pieces(resp, where), MAX_ANSWER_BYTES, where)
+                return data, resp.headers.get("Content-Type", "")
+
         try:
-            resp = self.open(method, path, query, body)
-            try:
-                data = resp.read(MAX_ANSWER_BYTES + 1)
-                if len(data) > MAX_ANSWER_BYTES:
-                    raise ClusterError(f"the API server at {self.server} answered {method} "
-                                       f"{path} with more than {MAX_ANSWER_BYTES >> 20} MiB")
-                content_type = resp.headers.get("Content-Type", "")
-                warnings = resp.headers.getlist("Warning") if hasattr(
-                    resp.headers, "getlist") else []
-            finally:
-                resp.release_conn()
+            data, content_type = self.retrying(method, once)
         except HttpError as e:
             if transient and e.status in RETRYABLE_STATUS:
                 raise Transient(f"{e.status} {e.reason}") from None
-            raise api_error(e, action, self.server) from None
-        except _transport_errors() as e:
+            error = api_error(e, action, self.server)
+            raise MaybeDone(str(error)) if method == "POST" and e.status >= 500 else error \
+                from None
+        except Unanswered as u:
             if transient:
-                raise Transient(str(unreachable(e, self.server, self.request_timeout))) from None
-            raise unreachable(e, self.server, self.request_timeout) from None
+                raise Transient(str(u.error)) from None
+            raise MaybeDone(str(u.error)) if method == "POST" and u.sent else u.error from None
         try:
             answer = json.loads(data or b"{}")
         except ValueError:
             raise not_the_api(self.server, f"{method} {path}", content_type, data) from None
         if not isinstance(answer, dict):
             raise not_the_api(self.server, f"{method} {path}", content_type, data)
-        if warnings:
-            answer = dict(answer)
-            answer["__warnings__"] = [_warning_text(w) for w in warnings]
         return answer
 
     # -- create ---------------------------------------------------------------------------
 
     def create(self, objects: list[dict[str, Any]], *,
                dry_run: bool = False) -> tuple[list[dict[str, Any]], list[str]]:
-        """Create every object in order, all or nothing; returns them and the API's warnings.
+        """Create every object in order, all or nothing (`kdist.kube.creating`); returns
+        them and the API's warnings not reported yet."""
+        from kdist.kube import creating
 
-        Objects after the first are owned by it (ownerReferences to its uid, known
-        once it exists), so deleting the job removes everything. If one fails,
-        the ones already created are deleted again: by the names kdist sent and
-        the uids the server gave them (`undo`); an answer that names another
-        object than the one sent is refused as malformed. Ctrl-C and SIGTERM wait
-        for the request in flight (a POST cut short would leave an object kdist
-        does not know it made), then the same rollback runs to its end, a second
-        signal notwithstanding, and `Interrupted` says what it deleted and left.
-        """
-        from kdist.shared.signals import Interrupted, held
-
-        created: list[dict[str, Any]] = []
-        made: list[owned.Made] = []  # what to undo, by kdist's own names
-        warnings: list[str] = []
-        with held() as pending:
-            try:
-                for obj in objects:
-                    if pending.signum is not None:
-                        break
-                    if made and not dry_run:
-                        obj = owned.owned_by(obj, made[0])
-                    answer = self._create_one(obj, dry_run)
-                    done, malformed = owned.made(obj, answer, dry_run)
-                    made.append(done)
-                    if malformed:
-                        raise ClusterError(
-                            f"the API server at {self.server} answered the creation of "
-                            f"{done.ref} in namespace {done.namespace} with {malformed}: a "
-                            "malformed answer, not trusted")
-                    warnings += answer.pop("__warnings__", [])
-                    created.append(answer)
-            except BaseException as e:
-                _, left = ([], []) if dry_run else self.undo(made)
-                if left and isinstance(e, KdistError):
-                    raise PartlyUndone(f"{e}; undoing the submission failed too: "
-                                       f"{'; '.join(left)}", left) from e
-                raise
-            if pending.signum is not None:
-                undone, left = ([], []) if dry_run else self.undo(made)
-                raise Interrupted(pending.signum, undone=undone, left=left)
-        return created, warnings
-
-    def _create_one(self, obj: dict[str, Any], dry_run: bool) -> dict[str, Any]:
-        kind, meta = kinds.of(obj), obj["metadata"]
-        ns = meta["namespace"]
-        query = {"fieldManager": FIELD_MANAGER, **({"dryRun": "All"} if dry_run else {})}
-        return self.request(Action("create", kind.plural, ns, meta["name"]), "POST",
-                            kind.collection(ns), query, obj)
-
-    def undo(self, made: list[owned.Made]) -> tuple[list[str], list[str]]:
-        """Delete what a failed submission created, last first: (what was deleted, what
-        could not be, with why). Each goes by the name kdist sent and, where the server's
-        answer gave one, with that uid as a precondition: an object of that name made
-        meanwhile by anyone else is not deleted."""
-        undone, left = [], []
-        for m in reversed(made):
-            try:
-                self.delete_object(m.kind, m.name, m.namespace, uid=m.uid)
-                undone.append(m.ref)
-            except JobNotFound:
-                undone.append(m.ref)  # gone already (its owner's)
-            except KdistError as e:
-                left.append(f"{m.ref} ({e})")
-        return undone, left
+        return creating.create(self, objects, dry_run=dry_run)
 
     # -- read -----------------------------------------------------------------------------
 
     def get(self, kind: kinds.Kind, name: str, namespace: str) -> dict[str, Any]:
         obj = self.request(Action("get", kind.plural, namespace, name), "GET",
                            kind.item(namespace, name))
-        return dict(obj, kind=obj.get("kind") or kind.kind)
+        return checked(dict(obj, kind=obj.get("kind") or kind.kind), kind,
+                       f"the answer to GET {kind.kind} {name}")
 
     def list_objects(self, kind: kinds.Kind, namespace: str | None,
              **selectors: str) -> list[dict[str, Any]]:
         query = {_SELECTOR_PARAMS[k]: v for k, v in selectors.items()}
         answer = self.request(Action("list", kind.plural, namespace), "GET",
                               kind.collection(namespace), query)
-        return [dict(i, kind=kind.kind) for i in answer.get("items") or []]
+        where = f"in namespace {namespace}" if namespace else "in every namespace"
+        return listed(answer, kind, f"the list of {kind.plural} {where}")
 
     def serves(self, kind: kinds.Kind) -> bool:
         """Whether the cluster serves `kind` (asked once per kind, by discovery)."""
@@ -291,21 +178,27 @@ class Cluster:
         return self.list_objects(kinds.POD, namespace, label_selector=selector)
 
     def read_log(self, pod: str, namespace: str, tail: int | None = None) -> list[str]:
-        """The main container's log lines (non-following)."""
+        """The main container's log lines (non-following): the last `tail` of them when
+        given, kept as they stream in (a server may send the whole log regardless)."""
         query: dict[str, Any] = {"container": "pytorch"}
         if tail is not None:
             query["tailLines"] = tail
         action = Action("get", "pods/log", namespace, pod)
+        path = kinds.POD.item(namespace, pod, "log")
+
+        def once() -> list[str]:
+            with self.exchange("GET", path, query, what=action) as (resp, _):
+                where = f"the API server at {self.server} answered GET {path}"
+                return bodies.last_lines(bodies.pieces(resp, where), tail, MAX_ANSWER_BYTES,
+                                         MAX_EVENT_BYTES,
+                                         f"the log of pod {pod} in namespace {namespace}")
+
         try:
-            resp = self.open("GET", kinds.POD.item(namespace, pod, "log"), query)
-            try:
-                return resp.read().decode("utf-8", "replace").splitlines()
-            finally:
-                resp.release_conn()
+            return self.retrying("GET", once)
         except HttpError as e:
             raise api_error(e, action, self.server) from None
-        except _transport_errors() as e:
-            raise unreachable(e, self.server, self.request_timeout) from None
+        except Unanswered as u:
+            raise u.error from None
 
     # -- delete ---------------------------------------------------------------------------
 
@@ -379,39 +272,27 @@ class Cluster:
         """The lines of a streamed answer (watch events, a followed log).
 
         HttpError 410 and 404 pass through for the caller to read; transport
-        failures and retryable statuses become `Transient`.
+        failures and retryable statuses become `Transient`. A watch's answer starts
+        at once (the API server sends its headers first) and ends by `timeoutSeconds`:
+        it gets the request timeout to start, then that long and a request timeout
+        more. A followed log's headers come with its first line (the kubelet's), so it
+        gets `read_timeout` to start, then no deadline but `read_timeout` for each read.
         """
+        ends = query.get("timeoutSeconds")
         try:
-            resp = self.open("GET", path, query, read_timeout=read_timeout)
+            with self.exchange("GET", path, query, read_timeout=read_timeout,
+                               deadline=None if ends else read_timeout,
+                               what=action) as (resp, dog):
+                dog.arm(float(ends) + self.request_timeout if ends else None)
+                where = f"the API server at {self.server} answered GET {path}"
+                for line in bodies.lines(bodies.pieces(resp, where), MAX_EVENT_BYTES, where):
+                    yield line.decode("utf-8", "replace")
         except HttpError as e:
             if e.status in (404, 410, 400) or e.status in RETRYABLE_STATUS:
                 raise
             raise api_error(e, action, self.server) from None
-        except _transport_errors() as e:
-            raise Transient(f"{self.server}: {e}") from None
-        try:
-            buf = b""
-            for chunk in resp.stream(amt=None, decode_content=True):
-                buf += chunk
-                *lines, buf = buf.split(b"\n")
-                if max(len(buf), *map(len, lines)) > MAX_EVENT_BYTES:  # no object is that big
-                    raise ClusterError(f"the API server at {self.server} sent a line of more "
-                                       f"than {MAX_EVENT_BYTES >> 20} MiB on {path}")
-                for line in lines:
-                    yield line.decode("utf-8", "replace")
-            if buf:
-                yield buf.decode("utf-8", "replace")
-        except _transport_errors() as e:
-            raise Transient(str(e)) from None
-        finally:
-            resp.release_conn()
+        except Unanswered as u:
+            raise Transient(str(u.error)) from None
 
 
 _SELECTOR_PARAMS = {"label_selector": "labelSelector", "field_selector": "fieldSelector"}
-
-
-def _warning_text(value: str) -> str:
-    """An API server `Warning:` header (`299 - "text"`) as its text."""
-    code, _, rest = value.partition(" ")
-    _agent, _, text = rest.partition(" ")
-    return text.strip().strip('"') if code.isdigit() else value

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kdist.kube import execplugin
 from kdist.kube.errors import redacted
 from kdist.shared.errors import ClusterError, UsageError
 from kdist.shared.names import namespace_problem
@@ -131,6 +132,7 @@ class KubeConfig:
             else:
                 doc, picked = _files_checked(self._doc or {}, self._opts.context, self.path)
                 picked.check_cluster()
+                execplugin.check(picked.user, lambda name: picked.named("users", name))
                 with _plugin_errors() as said:
                     config.load_kube_config_from_dict(
                         doc, context=self._opts.context, client_configuration=cfg,
@@ -217,6 +219,7 @@ def _anchored(doc: dict[str, Any], path: str) -> dict[str, Any]:
             value = inner.get(name)
             if isinstance(value, str) and value and not os.path.isabs(value):
                 inner[name] = os.path.join(base, value)
+    execplugin.anchor(doc, base)
     return doc
 
 

@@ -283,7 +283,8 @@ def pod_view(pod: dict[str, Any]) -> PodView:
     phase = status.get("phase") or "Pending"
     reason = status.get("reason") or ""
     cs = main_container(status.get("containerStatuses") or [])
-    state = (cs or {}).get("state") or {}
+    # A null member is not set (the answer's shape is checked in `kdist.kube.answers`).
+    state = {k: v for k, v in ((cs or {}).get("state") or {}).items() if v is not None}
     exit_code = finished = None
     said = ""
     if "waiting" in state:

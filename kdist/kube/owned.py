@@ -5,7 +5,9 @@
 submission created is named as kdist sent it, with the uid the server's answer
 gave it; an answer about another object than the one sent is malformed, since
 undoing by a name an answer hands back would delete whatever that object is.
-Every delete carries the uid kdist checked or was given, when it has one.
+Every delete carries the uid kdist checked or was given, when it has one. What a
+submission sends carries a token of that submission alone (`sent_as`): when a create
+goes unanswered, the object of that name is this submission's only if it carries it.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 
 from kdist.kube import kinds
 from kdist.shared.errors import UsageError
-from kdist.shared.labels import kdist_labels_text, made_by_kdist
+from kdist.shared.labels import JOB_NAME, SUBMISSION, kdist_labels_text, made_by_kdist
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,29 @@ def made(sent: dict[str, Any], answer: dict[str, Any], dry_run: bool) -> tuple[M
     if not (isinstance(uid, str) and uid):
         return ours, "no uid"
     return Made(ours.kind, ours.name, ours.namespace, uid), None
+
+
+def sent_as(obj: dict[str, Any], owner: Made | None, token: str) -> dict[str, Any]:
+    """`obj` as a submission creates it: marked with its `token`, owned by `owner` (the
+    submission's first object) when there is one."""
+    meta = obj["metadata"]
+    marked = dict(obj, metadata=dict(meta, annotations={**(meta.get("annotations") or {}),
+                                                        SUBMISSION: token}))
+    return marked if owner is None else owned_by(marked, owner)
+
+
+def is_sent(found: dict[str, Any], sent: dict[str, Any]) -> bool:
+    """Whether `found`, read back by the name of `sent`, is the very object `sent` made:
+    kdist's, of the same job, with the same submission token."""
+    meta = sent["metadata"]
+    job = (meta.get("labels") or {}).get(JOB_NAME)
+    token = (meta.get("annotations") or {}).get(SUBMISSION)
+    got = found.get("metadata")
+    if not (isinstance(got, dict) and isinstance(got.get("labels"), dict)
+            and isinstance(got.get("annotations"), dict)):
+        return False
+    return (isinstance(job, str) and isinstance(token, str) and made_by_kdist(found, job)
+            and got["annotations"].get(SUBMISSION) == token)
 
 
 def owned_by(obj: dict[str, Any], owner: Made) -> dict[str, Any]:

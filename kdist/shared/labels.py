@@ -19,6 +19,9 @@ KUEUE_JOB_UID = "kueue.x-k8s.io/job-uid"
 CODE_SHA256 = f"{DOMAIN}/code-sha256"
 CODE_PART = f"{DOMAIN}/code-part"
 CODE_PARTS = f"{DOMAIN}/code-parts"
+#: On every object a submission creates: a token of that submission alone, by which it
+#: knows what it made when a create's answer never came (``kdist.kube.creating``).
+SUBMISSION = f"{DOMAIN}/submission"
 
 # Where the rank of a pod can be read, per backend.
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"

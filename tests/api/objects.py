@@ -1,7 +1,7 @@
 """Cluster objects as the API would hold them for a kdist job, and a job.yaml to submit.
 
 Only the fields kdist reads are filled in. The label keys are kdist's documented
-contract (README: `kdist.dev/job-name` is the selector every verb uses).
+contract (docs/user-guide.md: `kdist.dev/job-name` is the selector every verb uses).
 """
 
 from __future__ import annotations

@@ -108,8 +108,9 @@ def on_a_terminal(api: FakeApi, kubeconfig: Path, *args: str, limit: float = 45)
     fcntl.ioctl(child, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 200, 0, 0))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KUBE", "HTTP", "http"))}
     # COLUMNS too: rich reads it before the terminal's size, and a runner may set it to 80.
-    env.update(TERM="xterm-256color", COLUMNS="200", LINES="50", PYTHONPATH=os.pathsep.join(  # this checkout's kdist
-        p for p in (str(REPO), env.get("PYTHONPATH")) if p))
+    env.update(TERM="xterm-256color", COLUMNS="200", LINES="50",
+               PYTHONPATH=os.pathsep.join(  # this checkout's kdist
+                   p for p in (str(REPO), env.get("PYTHONPATH")) if p))
     proc = subprocess.Popen([sys.executable, "-m", "kdist", "--kubeconfig", str(kubeconfig),
                              *args], stdin=subprocess.DEVNULL, stdout=child, stderr=child,
                             env=env, cwd=kubeconfig.parent)
