@@ -53,10 +53,11 @@ USER_VALUES = {
 
 
 def spec_of(env, args, labels, job_name, backend) -> dict:
-    """A spec carrying the values USER_VALUES draws."""
+    """A spec carrying the values USER_VALUES draws. The user's own module: any args are
+    its to read (kdist's own workloads' args are checked against their flags)."""
     return spec_with(**{
         "metadata.name": job_name, "metadata.labels": labels, "spec.backend": backend,
-        "spec.env": env, "spec.workload": {"module": "kdist.workloads.ddp", "args": args},
+        "spec.env": env, "spec.workload": {"module": "train", "args": args},
     })
 
 
