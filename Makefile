@@ -12,7 +12,7 @@ STAMP := .install.stamp
 CLI_STAMP := .install-cli.stamp
 
 .DEFAULT_GOAL := help
-.PHONY: help install install-cli demo test unit lint manifests golden e2e image cluster-build cluster-up cluster-down kind-up kind-down kind-image e2e-kind bench clean
+.PHONY: help install install-cli demo test unit lint manifests docs golden e2e image cluster-build cluster-up cluster-down kind-up kind-down kind-image e2e-kind bench clean
 
 help: ## List every target with one line
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | \
@@ -35,13 +35,14 @@ $(STAMP): pyproject.toml $(CLI_STAMP) $(KDIST_CACHE)/wheels/.done
 
 install: $(STAMP) ## Install kdist with its training and test dependencies (torch from a local wheel cache)
 
-install-cli: $(CLI_STAMP) ## Install kdist and the test tools without torch (enough for lint, manifests, golden)
+install-cli: $(CLI_STAMP) ## Install kdist and the test tools without torch (enough for lint, manifests, docs, golden)
 
 demo: install ## Run the built-in 2-rank DDP job on this machine (no cluster needed)
 	$(PYTHON) -m kdist run --local
 
-test: install lint ## Lint, layers, types, check manifests/ is fresh, run unit + fake-API + multi-process tests
+test: install lint ## Lint, layers, types, check manifests/ and the docs are fresh, run unit + fake-API + multi-process tests
 	$(PYTHON) -m kdist.rendering.manifests --check
+	$(PYTHON) -m kdist.spec.docsgen --check
 	$(PYTHON) -m pytest tests/unit tests/api tests/dist tests/compat -q -p no:cacheprovider
 
 unit: install ## Unit tests only (no processes, no cluster; seconds)
@@ -54,6 +55,9 @@ lint: install-cli ## ruff, import layers (import-linter), mypy
 
 manifests: install-cli ## Regenerate manifests/ from examples/ and the add-ons
 	$(PYTHON) -m kdist.rendering.manifests
+
+docs: install-cli ## Regenerate docs/reference.md and kdist/spec/job.schema.json from the spec model
+	$(PYTHON) -m kdist.spec.docsgen
 
 golden: install-cli ## Regenerate tests/unit/golden/ (review the diff!)
 	$(PYTHON) -m tests.unit.golden --update

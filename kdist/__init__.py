@@ -10,7 +10,7 @@ The Python API (docs/DESIGN.md, "Python API"; the CLI is a shell over it):
     client.train(fn, nodes=2)           # a function on every rank; rank 0's return value
     kdist.submit(job), kdist.status(name), ...  # the same over a default client
 
-In a training script (README, "Bring your own script"): ``kdist.preemption_requested()``
+In a training script (docs/byo-script.md): ``kdist.preemption_requested()``
 once per step, then save and ``sys.exit(kdist.PREEMPTED)``.
 
 Everything is imported on first use: the container side (``kdist.launch``,
@@ -34,10 +34,11 @@ _LAZY = {
     "TimedOut": "kdist.shared.errors",
     "UsageError": "kdist.shared.errors",
     "TrainingJob": "kdist.spec.model",
-    "load_job": "kdist.spec.load",
-    "parse_job": "kdist.spec.load",
-    "render": "kdist.rendering.render",
-    "to_yaml": "kdist.rendering.render",
+    # The job-file functions through kdist.api, which checks their arguments first.
+    "load_job": "kdist.api.files",
+    "parse_job": "kdist.api.files",
+    "render": "kdist.api.files",
+    "to_yaml": "kdist.api.files",
     "Client": "kdist.api",
     "metrics": "kdist.api",
     "train": "kdist.api",
@@ -72,7 +73,7 @@ if TYPE_CHECKING:
         wait,
         wait_many,
     )
-    from kdist.rendering.render import render, to_yaml
+    from kdist.api.files import load_job, parse_job, render, to_yaml
     from kdist.runtime.preemption import PREEMPTED, preemption_requested
     from kdist.shared.errors import (
         ClusterError,
@@ -83,7 +84,6 @@ if TYPE_CHECKING:
         TimedOut,
         UsageError,
     )
-    from kdist.spec.load import load_job, parse_job
     from kdist.spec.model import TrainingJob
 
 

@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from kdist.local_state import local_checkpoint_dir, state_dir
 from kdist.shared import env as E
 from kdist.shared import exitcodes
 from kdist.shared.errors import UsageError
@@ -41,14 +42,16 @@ FAILED_STOP_GRACE_S = 10.0
 
 
 def run_local(job: Any, *, stdout: IO[str] | None = None, code: Any = None,
-              on_attempt: Callable[[int], None] | None = None) -> int:
+              on_attempt: Callable[[int], None] | None = None,
+              on_interrupt: Callable[[int], None] | None = None) -> int:
     """Run ``job`` as ``job.spec.nodes`` local launchers; return the job's exit code.
 
     The exit code is the most telling one a node exits with (a code error
     before a kill before a lost peer; 0 when all succeed), after up to
-    ``spec.distributed.maxRestarts`` restarts of every node. Raises
-    ``UsageError`` when the spec's port is taken here. `code` (a packed
-    workdir) runs the nodes in a fresh copy of it (``local_workspace``).
+    ``spec.distributed.maxRestarts`` restarts of every node. When the spec's
+    port is taken here (another local run), a free one is used, said in one
+    line on stderr. `code` (a packed workdir) runs the nodes in a fresh copy of
+    it (``local_workspace``). `on_interrupt(signal)`: see ``run_nodes``.
     """
     from kdist.rendering import contract
 
@@ -73,7 +76,12 @@ def run_local(job: Any, *, stdout: IO[str] | None = None, code: Any = None,
     argvs = [[contract.expand_refs(a, env) for a in contract.launch_argv(job)] for env in envs]
     envs = [local_env(env) for env in envs]
     port = int(envs[0].get(E.MASTER_PORT, "29500"))
-    ensure_port_free(port)
+    chosen = free_port(port)
+    if chosen is not None and chosen != port:
+        print(f"kdist: port {port} (spec.distributed.port) is in use here; this local run "
+              f"uses port {chosen}", file=sys.stderr, flush=True)
+        for env in envs:
+            env[E.MASTER_PORT] = str(chosen)
     workspace = None if code is None else local_workspace(job, code, Path.cwd())
     if workspace is not None:
         print(f"kdist: code {code.sha256[:12]} unpacked into {workspace} (the pods' "
@@ -83,7 +91,7 @@ def run_local(job: Any, *, stdout: IO[str] | None = None, code: Any = None,
                 p for p in (str(workspace), env.get("PYTHONPATH")) if p)
     return run_nodes(argvs[0], envs, stdout=stdout,
                      max_restarts=job.spec.distributed.max_restarts, cwd=workspace,
-                     node_argvs=argvs, on_attempt=on_attempt)
+                     node_argvs=argvs, on_attempt=on_attempt, on_interrupt=on_interrupt)
 
 
 def _gpu_env(job: Any, envs: list[dict[str, str]]) -> None:
@@ -156,14 +164,14 @@ def local_workspace(job: Any, code: Any, cwd: Path) -> Path:
     from kdist.launch_code import UnpackError, unpack
     from kdist.rendering.code_configmaps import to_configmaps
 
-    state = cwd / ".kdist" / job.metadata.name
+    state = state_dir(job.metadata.name, cwd)
     parts, workspace = state / "code", state / "workspace"
     try:
         for path in (parts, workspace):
-            if path.is_symlink() or path.is_file():
+            if path.is_symlink() or path.is_file():  # the link goes, never what it points to
                 path.unlink()
             elif path.exists():
-                shutil.rmtree(path)
+                shutil.rmtree(path)  # removes the links inside, never follows them
         parts.mkdir(parents=True)
         for cm in to_configmaps(job.metadata.name, None, code, {}):
             for key, data in cm["binaryData"].items():
@@ -181,6 +189,7 @@ def _preflight(job: Any) -> None:
     """What a local run needs, checked before any process starts (UsageError, exit 2)."""
     import importlib.util
 
+    state_dir(job.metadata.name, Path.cwd())  # first: refused with or without torch
     try:
         has_torch = importlib.util.find_spec("torch") is not None
     except (ImportError, ValueError):  # a broken install, or torch blocked in sys.modules
@@ -188,28 +197,17 @@ def _preflight(job: Any) -> None:
     if not has_torch:
         raise UsageError("kdist run --local needs torch, which is not installed here: "
                          "pip install 'kdist[train]' (or any torch >= 2.8)")
-    state = Path.cwd() / ".kdist"
-    for path in (state, state / job.metadata.name):
-        if path.exists() and not path.is_dir():
-            raise UsageError(f"{path}: kdist keeps local runs' state in this directory, but it "
-                             "is a file; move it away")
-
-
-def local_checkpoint_dir(job: Any, cwd: Path) -> Path | None:
-    """Where a local run keeps checkpoints: `.kdist/<name>/checkpoints` under `cwd`.
-
-    The spec's path (e.g. /checkpoints) is a mount point inside the pods; on a
-    workstation it is usually not writable, and a second local run should
-    resume from the first one's checkpoints as a resubmitted job would.
-    """
-    if job.spec.checkpoint is None:
-        return None
-    return cwd / ".kdist" / job.metadata.name / "checkpoints"
 
 
 def local_env(contract_env: Mapping[str, str]) -> dict[str, str]:
-    """This process's environment plus the pod's contract, as a local node sees it."""
-    env = {**os.environ, **contract_env, E.LOG_PREFIX: "1", "PYTHONUNBUFFERED": "1"}
+    """The pod's contract over this process's environment, less every name the contract
+    owns (``env.contract_owned``: KDIST_*, RANK, MASTER_ADDR, TORCHELASTIC_*...): a stale
+    KDIST_CHECKPOINT_DIR in the shell must not change a local run as it would never change
+    a pod. The CLI reads its own settings (KDIST_REQUEST_TIMEOUT...) itself; of kdist's
+    variables only ``env.LOCAL_PASSTHROUGH`` (the fault drills' hook) reaches the nodes."""
+    inherited = {k: v for k, v in os.environ.items()
+                 if not E.contract_owned(k) or k in E.LOCAL_PASSTHROUGH}
+    env = {**inherited, **contract_env, E.LOG_PREFIX: "1", "PYTHONUNBUFFERED": "1"}
     # A source checkout (not an installed kdist) must stay importable for the
     # launcher and its workers, whatever their working directory.
     root = str(Path(__file__).resolve().parent.parent)
@@ -218,18 +216,23 @@ def local_env(contract_env: Mapping[str, str]) -> dict[str, str]:
     return env
 
 
-def ensure_port_free(port: int) -> None:
-    """Raise ``UsageError`` when something already listens on ``port`` here."""
+def free_port(port: int) -> int:
+    """``port`` when nothing listens on it here, else a free port the system picks.
+
+    A pod has the port to itself; two local runs on one machine (two notebooks
+    calling ``train(local=True)``) would otherwise meet at the same rendezvous.
+    """
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         # REUSEADDR: a port in TIME_WAIT from the previous run is free to use.
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind(("", port))
-        except OSError as e:
-            raise UsageError(
-                f"port {port} (spec.distributed.port) is in use on this machine ({e.strerror}); "
-                "stop what holds it or choose another port for the local run"
-            ) from None
+            return port
+        except OSError:
+            pass
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("", 0))
+        return int(probe.getsockname()[1])
 
 
 def _python(argv: Sequence[str]) -> list[str]:
@@ -321,6 +324,7 @@ def run_nodes(
     cwd: Path | None = None,
     node_argvs: Sequence[Sequence[str]] | None = None,
     on_attempt: Callable[[int], None] | None = None,
+    on_interrupt: Callable[[int], None] | None = None,
 ) -> int:
     """Start one ``argv`` per env (node), stream their output, return the job's exit code.
 
@@ -331,7 +335,9 @@ def run_nodes(
     Ctrl-C (or SIGTERM) stops every node's process group with that signal (then
     SIGKILL after ``stop_grace_s``), is never retried, and exits 128 + the signal.
     ``node_argvs``: a command line per node, where they differ (``$(KDIST_NODE_RANK)``).
-    ``on_attempt(restart)`` hears of each attempt before its nodes start (a live table).
+    ``on_attempt(restart)`` hears of each attempt before its nodes start (a live table);
+    ``on_interrupt(signal)`` of a Ctrl-C / SIGTERM that ended the run (its exit code alone
+    cannot tell it from a node that exited 130 on its own).
     """
     out = stdout if stdout is not None else sys.stdout
     argvs = list(node_argvs) if node_argvs is not None else [argv] * len(envs)
@@ -342,6 +348,8 @@ def run_nodes(
             on_attempt(restart)
         node, code, interrupted = _run_once(argvs, attempt, out, fail_grace_s, stop_grace_s,
                                             cwd)
+        if interrupted and on_interrupt is not None:
+            on_interrupt(code - 128)
         if interrupted or not exitcodes.is_retryable(code) or restart >= max_restarts:
             return code
         restart += 1

@@ -39,6 +39,7 @@ from kdist.api.types import Connection
 from kdist.shared import frames
 from kdist.shared.errors import JobFailed, SpecError, UsageError
 from kdist.shared.names import DNS1035_LABEL, MAX_JOB_NAME
+from kdist.shared.terminal import log_for
 
 if TYPE_CHECKING:
     from kdist.api.types import JobState
@@ -73,6 +74,7 @@ class TrainCall:
         checks.count(procs_per_node, "procs_per_node", 1, 64)
         image = DEFAULT_IMAGE if image is None else checks.text(image, "image")
         env = _mapping(env, "env")
+        workdir = None if workdir is None else checks.path(workdir, "workdir")
         root: Path | None
         if isinstance(fn, (str, os.PathLike)):
             root, command, what = _script(fn, workdir, args)
@@ -264,7 +266,8 @@ class _Watcher(_Lines):
 
     def log(self, rank: int | None, line: str) -> None:
         if rank is not None and not self.take(rank, line) and self.echo is not None:
-            print(f"[rank {rank}] {line}", file=self.echo, flush=True)
+            # On a terminal, the line's colours and nothing else (kdist.shared.terminal).
+            print(f"[rank {rank}] {log_for(self.echo, line)}", file=self.echo, flush=True)
 
 
 def train(conn: Connection, call: TrainCall, *, local: bool, timeout: float | None,
@@ -276,7 +279,13 @@ def train(conn: Connection, call: TrainCall, *, local: bool, timeout: float | No
         from kdist.api.files import run_local
 
         tee = _Tee(echo)
-        code = run_local(call.job, code=call.code, stdout=tee)  # type: ignore[arg-type]
+        stopped: list[int] = []
+        code = run_local(call.job, code=call.code, stdout=tee,  # type: ignore[arg-type]
+                         on_interrupt=stopped.append)
+        if stopped:  # Ctrl-C in a notebook: interrupted, as any cell is, not a failed job
+            from kdist.shared.signals import Interrupted
+
+            raise Interrupted(stopped[0])
         if code == 0:
             return _value(tee, 0, call)
         from kdist.shared.exitcodes import describe

@@ -3,19 +3,27 @@
 Each check raises `UsageError` (exit code 2) naming the keyword, as the CLI
 names the flag: `timeout=nan` is refused as `--timeout nan` is, a string
 where a list of names belongs is refused rather than read letter by letter,
-and a number where a name belongs is not "empty".
+and a number where a name belongs is not "empty". What is only used later is
+checked first too: an observer lacking a method would fail once the job was
+created, a `code=` that is no packed workdir inside the renderer, a selector
+the API server would refuse after discovery requests.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Collection, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kdist.kube.config import ClusterOptions
 from kdist.shared.args import int_range_problem, seconds_problem
 from kdist.shared.errors import UsageError
 from kdist.shared.names import job_name_problem, namespace_problem
+from kdist.shared.selectors import SelectorProblem, check_selector
+
+if TYPE_CHECKING:
+    from kdist.rendering.workdir import Packed
+    from kdist.spec.model import TrainingJob
 
 #: Names kdist looks up may be any DNS-1035 label a Job or PyTorchJob can have.
 LOOKUP_NAME_LIMIT = 63
@@ -108,6 +116,26 @@ def text(value: Any, what: str) -> str:
     return value
 
 
+def selector(value: Any, what: str = "selector") -> str:
+    """A label selector the API server would parse ("" selects everything), as -l is."""
+    try:
+        return check_selector(text(value, what))
+    except SelectorProblem as e:
+        raise UsageError(f"{what}: {e}") from None
+
+
+def path(value: Any, what: str) -> str:
+    """A non-empty path (str or os.PathLike), as a string."""
+    if not isinstance(value, (str, os.PathLike)):
+        raise UsageError(f"{what}: expected a path, not {type(value).__name__} {value!r}")
+    out = os.fspath(value)
+    if not isinstance(out, str) or not out:
+        raise UsageError(f"{what}: the path must not be empty")
+    if "\0" in out:
+        raise UsageError(f"{what}: {out!r} holds a NUL character")
+    return out
+
+
 def callback(value: Any, what: str) -> Any:
     if value is not None and not callable(value):
         raise UsageError(f"{what}: expected a function, not {type(value).__name__}")
@@ -133,3 +161,61 @@ def target(kubeconfig: Any = None, context: Any = None, namespace: Any = None,
     timeout = seconds(request_timeout, "request_timeout")
     return ClusterOptions(kubeconfig=kubeconfig, context=context, namespace=namespace,
                           request_timeout=timeout)
+
+
+#: What `wait` calls on an observer (kdist.api.types.Observer), in the order it does.
+OBSERVER_METHODS = ("start", "update", "tick", "warning", "log", "stop")
+
+
+def observer(value: Any, what: str = "observer") -> Any:
+    """None, or an object with every Observer method: checked here, not when the first
+    event arrives (after the job was created, with nothing to report to)."""
+    if value is None:
+        return None
+    missing = [m for m in OBSERVER_METHODS if not callable(getattr(value, m, None))]
+    if missing:
+        raise UsageError(f"{what}: {type(value).__name__} {_short(value)} is not an Observer: "
+                         f"it lacks {', '.join(m + '()' for m in missing)} (subclass "
+                         "kdist.api.Quiet, which has every method, and override some)")
+    return value
+
+
+def writer(value: Any, what: str) -> Any:
+    """None, or a text stream (something with write and flush, as sys.stdout)."""
+    if value is not None and not all(callable(getattr(value, m, None))
+                                     for m in ("write", "flush")):
+        raise UsageError(f"{what}: expected a text stream with write() and flush() (as "
+                         f"sys.stdout), not {type(value).__name__} {_short(value)}")
+    return value
+
+
+def job(value: Any, what: str = "job", or_file: bool = True) -> TrainingJob:
+    """A TrainingJob (kdist.load_job); `or_file`: the caller also takes a job file's path."""
+    from kdist.spec.model import TrainingJob
+
+    if not isinstance(value, TrainingJob):
+        raise UsageError(f"{what}: expected a TrainingJob (kdist.load_job)"
+                         f"{' or a job file' if or_file else ''}, not "
+                         f"{type(value).__name__} {_short(value)}")
+    return value
+
+
+def code(value: Any, what: str = "code") -> Packed | None:
+    """None, or a packed workdir (kdist.api.pack_code): never a path or text, which the
+    renderer would otherwise fail on with a traceback."""
+    if value is None:
+        return None
+    from kdist.rendering.workdir import Packed
+
+    if not isinstance(value, Packed):
+        hint = " (to ship a directory, give workdir= instead)" \
+            if isinstance(value, (str, os.PathLike)) else ""
+        raise UsageError(f"{what}: expected a packed workdir (kdist.api.pack_code), not "
+                         f"{type(value).__name__} {_short(value)}{hint}")
+    return value
+
+
+def _short(value: Any) -> str:
+    """repr(value), cut to a line's worth (an argument can be anything, of any size)."""
+    shown = repr(value)
+    return shown if len(shown) <= 80 else shown[:77] + "..."

@@ -58,12 +58,12 @@ class Client:
 
     def load(self, file: PathLike, *, backend: str | None = None) -> TrainingJob:
         """The job of `file`, validated, with this client's namespace (SpecError otherwise)."""
-        return files.load_file(_path(file, "file"), self.options.namespace,
+        return files.load_file(checks.path(file, "file"), self.options.namespace,
                                _backend(backend))
 
     def validate(self, file: PathLike) -> files.Validated:
         """Check a job file whole (spec, workdir, rendered pods); SpecError lists every problem."""
-        return files.validate_file(_path(file, "file"))
+        return files.validate_file(checks.path(file, "file"))
 
     def render(self, job: TrainingJob | PathLike, *, backend: str | None = None,
                workdir: PathLike | None = None) -> list[dict[str, Any]]:
@@ -74,8 +74,9 @@ class Client:
     def run_local(self, job: TrainingJob | PathLike, *, workdir: PathLike | None = None,
                   stdout: IO[str] | None = None) -> int:
         """Run `job` here as `kdist run --local` (every node a process group); its exit code."""
+        checks.writer(stdout, "stdout")
         if isinstance(job, (str, os.PathLike)):
-            job = files.load_file(_path(job, "job"), local=True)
+            job = files.load_file(checks.path(job, "job"), local=True)
         job, code = self._job_and_code(job, None, workdir)
         return files.run_local(job, code=code, stdout=stdout)
 
@@ -83,11 +84,11 @@ class Client:
                       workdir: PathLike | None,
                       pack: bool = True) -> tuple[TrainingJob, Packed | None]:
         backend = _backend(backend)
-        workdir_s = None if workdir is None else _path(workdir, "workdir")
+        workdir_s = None if workdir is None else checks.path(workdir, "workdir")
         if isinstance(job, (str, os.PathLike)):
-            job = files.load_file(_path(job, "job"), self.options.namespace, backend)
+            job = files.load_file(checks.path(job, "job"), self.options.namespace, backend)
         else:
-            job = _job(job)
+            job = checks.job(job)
             if backend is not None:
                 from kdist.rendering import with_backend
 
@@ -106,7 +107,8 @@ class Client:
         `wait`, follow it to its end (JobFailed if it fails, TimedOut after `timeout`).
 
         `dry_run="client"` renders only; `"server"` has the API server validate
-        without persisting. `replace` deletes a job of the same name first. `code`
+        without persisting. `replace` deletes a kdist job of the same name first (one
+        kdist did not make is a UsageError, nothing deleted). `code`
         is a packed workdir; else `workdir`, else spec.workdir is packed here.
         """
         checks.flag(wait, "wait")
@@ -115,6 +117,8 @@ class Client:
         checks.choice(dry_run, "dry_run", (None, "client", "server"))
         timeout = checks.seconds(timeout, "timeout")
         checks.callback(on_submitted, "on_submitted")
+        checks.observer(observer)
+        checks.code(code)
         if code is not None and workdir is not None:
             raise UsageError("code and workdir: give one of them")
         if code is None:
@@ -135,6 +139,7 @@ class Client:
         checks.flag(check, "check")
         tail = checks.count(tail, "tail")
         rank = checks.count(rank, "rank", 0, checks.MAX_RANK)
+        checks.observer(observer)
         return jobs.wait(self._conn, name, timeout=timeout, logs=logs, tail=tail, rank=rank,
                          check=check, observer=observer)
 
@@ -187,13 +192,16 @@ class Client:
         from kdist.api.steps import read_metrics
 
         checks.name(name)
-        path = _path(file, "file")
+        path = checks.path(file, "file")
         check_plot(path, "file")
         return plot_steps(read_metrics(self._conn, name), path, title=f"job {name}",
                           what="file")
 
     def delete(self, name: str, *, wait: bool = True, timeout: float = 300) -> Deleted:
-        """Delete job `name` (foreground: pods, Service, the job); with `wait`, until gone."""
+        """Delete job `name` (foreground: pods, Service, the job); with `wait`, until gone.
+
+        Only kdist's objects: a Job or PyTorchJob `name` that kdist did not make is a
+        UsageError, and nothing is deleted."""
         checks.name(name)
         checks.flag(wait, "wait")
         seconds = checks.seconds(timeout, "timeout")
@@ -209,7 +217,7 @@ class Client:
         `names`, or every kdist job (`all_jobs`), or those matching a label `selector`."""
         wanted = checks.names(names)
         checks.flag(all_jobs, "all_jobs")
-        checks.text(selector, "selector")
+        checks.selector(selector)  # before the first list, not inside the watcher
         timeout = checks.seconds(timeout, "timeout")
         checks.flag(check, "check")
         checks.callback(on_update, "on_update")
@@ -226,16 +234,25 @@ class Client:
         """Report every kdist job's state (and rank 0's last step) until `stop()` says so."""
         checks.callback(on_update, "on_update")
         checks.flag(all_namespaces, "all_namespaces")
-        checks.text(selector, "selector")
+        checks.selector(selector)
         every = checks.seconds(progress_every, "progress_every") or 10.0
         checks.callback(stop, "stop")
         many.watch_jobs(self._conn, all_namespaces=all_namespaces, selector=selector,
                         on_update=on_update, progress_every=every, stop=stop)
 
-    def list_jobs(self, *, all_namespaces: bool = False) -> list[JobSummary]:
-        """kdist's jobs of both backends in the namespace (or in all)."""
+    def list_jobs(self, *, all_namespaces: bool = False,
+                  selector: str = "") -> list[JobSummary]:
+        """kdist's jobs of both backends in the namespace (or in all); with a label
+        `selector` (as kubectl's -l), only those it matches."""
+        from kdist.shared.selectors import SelectorProblem, check_selector
+
         checks.flag(all_namespaces, "all_namespaces")
-        return jobs.list_jobs(self._conn, all_namespaces=all_namespaces)
+        checks.text(selector, "selector")
+        try:
+            check_selector(selector)  # before any request
+        except SelectorProblem as e:
+            raise UsageError(f"selector: {e}") from None
+        return jobs.list_jobs(self._conn, all_namespaces=all_namespaces, selector=selector)
 
     # -- a function or a script -----------------------------------------------------------
 
@@ -275,23 +292,5 @@ class Client:
     list = list_jobs
 
 
-def _path(value: Any, what: str) -> str:
-    if not isinstance(value, (str, os.PathLike)):
-        raise UsageError(f"{what}: expected a path, not {type(value).__name__} {value!r}")
-    path = os.fspath(value)
-    if not isinstance(path, str) or not path:
-        raise UsageError(f"{what}: the path must not be empty")
-    return path
-
-
 def _backend(value: Any) -> str | None:
     return checks.choice(value, "backend", (None, "indexed-job", "pytorchjob"))
-
-
-def _job(value: Any) -> TrainingJob:
-    from kdist.spec.model import TrainingJob
-
-    if not isinstance(value, TrainingJob):
-        raise UsageError(f"job: expected a TrainingJob (kdist.load_job) or a job file, not "
-                         f"{type(value).__name__}")
-    return value

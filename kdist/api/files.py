@@ -8,6 +8,7 @@ Python warnings (a notebook shows them).
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,8 +21,9 @@ if TYPE_CHECKING:
     from kdist.spec.model import TrainingJob
 
 Warn = Callable[[str], None]
-__all__ = ["Packed", "TrainingJob", "Validated", "load_file", "pack_code", "pod_security",
-           "render_objects", "run_local", "security_note", "to_json", "to_yaml", "validate_file"]
+__all__ = ["Packed", "TrainingJob", "Validated", "load_file", "load_job", "pack_code",
+           "parse_job", "pod_security", "render", "render_objects", "run_local",
+           "security_note", "to_json", "to_yaml", "validate_file"]
 
 
 def _python_warning(line: str) -> None:
@@ -32,8 +34,9 @@ def load_file(file: str, namespace: str | None = None, backend: str | None = Non
               local: bool = False, warn: Warn | None = None) -> TrainingJob:
     """The validated job, with `namespace` and `backend` applied (refused when they contradict it).
 
-    Warns about what is valid but probably not meant (``spec.advice``), except
-    for a local run, which keeps its checkpoints outside the spec's volume.
+    Warns about what is valid but probably not meant (``spec.advice``); for a
+    local run only what holds without pods (its checkpoints are outside the
+    spec's volume, and it finds scripts in the current directory).
     """
     from kdist.rendering import with_backend
     from kdist.spec import load_job
@@ -50,15 +53,15 @@ def load_file(file: str, namespace: str | None = None, backend: str | None = Non
     if namespace and not job.metadata.namespace:
         meta = job.metadata.model_copy(update={"namespace": namespace})
         job = job.model_copy(update={"metadata": meta})
-    if not local:
-        advise(file, job, warn)
+    advise(file, job, warn, local=local)
     return job
 
 
-def advise(file: str, job: TrainingJob, warn: Warn | None = None) -> None:
+def advise(file: str, job: TrainingJob, warn: Warn | None = None, *,
+           local: bool = False) -> None:
     from kdist.spec import advice
 
-    for line in advice(job):
+    for line in advice(job, local=local):
         (warn or _python_warning)(f"{file}: {line}")
 
 
@@ -90,14 +93,43 @@ def pod_security(objects: list[dict[str, Any]]) -> tuple[str | None, bool]:
 
 
 def render_objects(job: TrainingJob, code: Packed | None = None) -> list[dict[str, Any]]:
-    from kdist.rendering import render
+    """`kdist.render`: every Kubernetes object of `job`, its arguments checked first (a
+    path or text as `code` is a UsageError naming it, not a traceback from the renderer)."""
+    from kdist.api import checks
+    from kdist.rendering import render as render_job
 
-    return render(job, code)
+    return render_job(checks.job(job, or_file=False), checks.code(code))
+
+
+render = render_objects
+
+
+def load_job(path: str | os.PathLike[str]) -> TrainingJob:
+    """`kdist.load_job`: read and validate a job file (SpecError with every problem)."""
+    from kdist.api import checks
+    from kdist.spec import load_job as load
+
+    return load(checks.path(path, "path"))
+
+
+def parse_job(data: str | bytes, source: str = "<job>") -> TrainingJob:
+    """`kdist.parse_job`: validate job YAML already in memory; `source` names it."""
+    from kdist.api import checks
+    from kdist.spec import parse_job as parse
+
+    if not isinstance(data, (str, bytes)):
+        raise UsageError(f"data: expected the job's YAML as str or bytes, not "
+                         f"{type(data).__name__}")
+    return parse(data, checks.text(source, "source"))
 
 
 def to_yaml(objects: list[dict[str, Any]]) -> str:
+    """`kdist.to_yaml`: the objects (`render`'s list) as multi-document YAML."""
     from kdist.rendering import to_yaml as dump
 
+    if not isinstance(objects, list) or not all(isinstance(o, dict) for o in objects):
+        raise UsageError(f"objects: expected the list of dicts kdist.render returns, not "
+                         f"{type(objects).__name__}")
     return dump(objects)
 
 
@@ -144,16 +176,19 @@ def security_note(file: str, line: str | None, loud: bool) -> str | None:
 
 
 def run_local(job: TrainingJob, *, code: Packed | None = None,
-              stdout: IO[str] | None = None, observer: Any = None) -> int:
+              stdout: IO[str] | None = None, observer: Any = None,
+              on_interrupt: Callable[[int], None] | None = None) -> int:
     """Run `job` on this machine as `kdist run --local` does; the job's exit code.
 
     With an `observer` (the CLI's live table), it hears of every line and of each
     node's state as `submit`'s observer does (`kdist.api.localview`).
+    `on_interrupt(signal)` hears of a Ctrl-C / SIGTERM that stopped the run (the
+    exit code is then 128 + the signal).
     """
     if observer is not None:
         from kdist.api.localview import run_local_watched
 
-        return run_local_watched(job, observer, code=code)
+        return run_local_watched(job, observer, code=code, on_interrupt=on_interrupt)
     from kdist.local import run_local as run
 
-    return run(job, code=code, stdout=stdout)
+    return run(job, code=code, stdout=stdout, on_interrupt=on_interrupt)

@@ -22,6 +22,7 @@ from kdist.api.types import (
 )
 from kdist.kube.config import ClusterOptions, KubeConfig, resolve_namespace
 from kdist.shared.errors import JobFailed, TimedOut, UsageError
+from kdist.shared.terminal import escape
 
 if TYPE_CHECKING:
     from kdist.kube.client import Cluster
@@ -53,11 +54,12 @@ def submit(conn: Connection, job: TrainingJob, *, wait: bool = True, replace: bo
     """Render `job` and create it, all or nothing; with `wait`, follow it to its end.
 
     `dry_run="client"` renders only (no cluster); `"server"` asks the API
-    server to validate without persisting. `replace` deletes a job of the same
-    name first and waits until it is gone. `on_submitted` hears of the created
-    objects before the wait. With `wait`, a failed job raises JobFailed and a
-    passed `timeout` raises TimedOut (the job keeps running). `code` is the packed
-    workdir (``kdist.rendering.workdir.pack_workdir``); without it, spec.workdir is
+    server to validate without persisting. `replace` deletes a kdist job of the
+    same name first (`Cluster.delete`: only kdist's) and waits until it is gone.
+    `on_submitted` hears of the created objects before the wait. With `wait`, a
+    failed job raises JobFailed and a passed `timeout` raises TimedOut (the job
+    keeps running). `code` is the packed workdir
+    (``kdist.rendering.workdir.pack_workdir``); without it, spec.workdir is
     packed here. Its ConfigMaps are created after the job, owned by it.
     """
     from kdist.rendering import render
@@ -133,12 +135,12 @@ def follow(cluster: Cluster, job: dict[str, Any], observer: Observer, *, logs: b
 
 
 def timeout_line(state: JobState, timeout: float) -> str:
-    waiting = [f"rank {r.rank} {r.phase}" + (f" ({r.reason})" if r.reason else "")
+    waiting = [f"{state.unit} {r.rank} {r.phase}" + (f" ({r.reason})" if r.reason else "")
                for r in sorted(state.ranks.values(), key=lambda r: r.rank)
                if r.phase != "Succeeded"]
-    return (f"timed out after {timeout:g}s: job {state.name} has not finished"
-            + (f" ({', '.join(waiting)})" if waiting else "")
-            + f"; {reattach_hint(state.name, state.namespace)}")
+    return escape(f"timed out after {timeout:g}s: job {state.name} has not finished"
+                  + (f" ({', '.join(waiting)})" if waiting else "")
+                  + f"; {reattach_hint(state.name, state.namespace)}")
 
 
 def _check(state: JobState) -> None:
@@ -166,7 +168,7 @@ def _check_rank(job: dict[str, Any], rank: int | None) -> None:
 
     nodes = job_nodes(job)
     if rank is not None and nodes is not None and not 0 <= rank < nodes:
-        raise UsageError(f"rank {rank}: job {job['metadata']['name']} has ranks 0 to "
+        raise UsageError(f"node {rank}: job {job['metadata']['name']} has nodes 0 to "
                          f"{nodes - 1}")
 
 
@@ -214,9 +216,10 @@ def rank_logs(conn: Connection, name: str, *, rank: int | None = None,
         if rank is not None and r.rank != rank:
             continue
         if not r.pod or not tracker.pod_started(r.pod):
-            out.append(RankLog(r.rank, r.pod, [], no_log_note(state, r)))
+            out.append(RankLog(r.rank, r.pod, [], no_log_note(state, r), state.procs_per_node))
             continue
-        out.append(RankLog(r.rank, r.pod, cluster.read_log(r.pod, ns, tail=tail)))
+        out.append(RankLog(r.rank, r.pod, cluster.read_log(r.pod, ns, tail=tail),
+                           procs_per_node=state.procs_per_node))
     return out
 
 
@@ -225,22 +228,26 @@ def no_log_note(state: JobState, r: Any) -> str:
     what = f"pod {r.pod} is {r.phase}" if r.pod else (
         "its pod is gone" if state.outcome else "no pod yet")
     hint = "" if state.outcome else " yet; -f waits for it"
-    return f"{what}{f', {r.reason}' if r.reason else ''}: no log{hint}"
+    return escape(f"{what}{f', {r.reason}' if r.reason else ''}: no log{hint}")
 
 
-def list_jobs(conn: Connection, *, all_namespaces: bool = False) -> list[JobSummary]:
-    """kdist's jobs of both backends in the namespace (or in all)."""
+def list_jobs(conn: Connection, *, all_namespaces: bool = False,
+              selector: str = "") -> list[JobSummary]:
+    """kdist's jobs of both backends in the namespace (or in all); with a label
+    `selector`, only those it matches."""
     from kdist.kube.objects import job_kind_backend, job_nodes, job_phase, parse_time
     from kdist.shared.labels import BACKEND
 
     cluster, ns = conn.cluster(), conn.namespace()
     now, rows = time.time(), []
-    for obj in cluster.list_jobs(None if all_namespaces else ns):
+    for obj in cluster.list_jobs(None if all_namespaces else ns, selector):
         meta = obj["metadata"]
         created = parse_time(meta.get("creationTimestamp"))
         rows.append(JobSummary(
             name=meta["name"], namespace=meta.get("namespace", ""),
-            backend=(meta.get("labels") or {}).get(BACKEND) or job_kind_backend(obj)[1],
+            # A label's value, shown as the cluster has it but never obeyed (the name and
+            # namespace stay as they are: they name the job in requests).
+            backend=escape((meta.get("labels") or {}).get(BACKEND) or job_kind_backend(obj)[1]),
             nodes=job_nodes(obj), phase=job_phase(obj),
             age_s=None if created is None else now - created))
     return rows
@@ -255,3 +262,21 @@ def delete(conn: Connection, name: str, *, wait: bool = True, timeout: float = 3
 
         wait_gone(cluster, name, ns, timeout)
     return Deleted(ns, deleted)
+
+
+def undo(cluster: Cluster, sub: Submission) -> None:
+    """Delete again the job `sub` created (a batch that failed later), and only that one.
+
+    By the name and namespace kdist sent, with the uid the server gave it as a
+    precondition: a job of that name made meanwhile by anyone else stays (a
+    ClusterError says so). Its Service and ConfigMaps are owned by it and go with
+    it. JobNotFound when it is gone already.
+    """
+    from kdist.kube import kinds
+    from kdist.shared.errors import ClusterError
+
+    job = sub.objects[0]
+    uid = (job.get("metadata") or {}).get("uid")
+    if not uid:  # kube.client.create refuses an answer without one: never here
+        raise ClusterError(f"job {sub.name} has no uid: kdist did not create it")
+    cluster.delete_object(kinds.of(job), sub.name, sub.namespace, uid=uid)

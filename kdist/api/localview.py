@@ -40,6 +40,7 @@ class LocalView:
         s.kind, s.backend, s.nodes = "local run", job.spec.backend, self.nodes
         s.max_steps = max_steps_from_args(job.spec.workload.args or [])
         s.max_restarts = job.spec.distributed.max_restarts
+        s.procs_per_node = self.procs
         for node in range(self.nodes):
             s.rank(node)
         self.restart = 0
@@ -115,8 +116,9 @@ class LocalView:
     def flush(self) -> None:
         pass
 
-    def finish(self, code: int) -> None:
-        """The run ended with `code`: every row ends, and the job with it."""
+    def finish(self, code: int, *, interrupted: bool = False) -> None:
+        """The run ended with `code` (`interrupted`: by Ctrl-C / SIGTERM, not by a node's
+        failure): every row ends, and the job with it."""
         with self._lock:
             if not self._started:  # refused before any node started: nothing was shown
                 return
@@ -128,20 +130,28 @@ class LocalView:
                 r = s.rank(node)
                 self.tracker.pod_event("MODIFIED", self._pod(
                     node, 0 if code == 0 or r.done else code))
-            s.outcome = "Succeeded" if code == 0 else "Failed"
+            s.outcome = "Succeeded" if code == 0 else "Interrupted" if interrupted else "Failed"
             self.observer.update(s)
             self.observer.stop()
 
 
-def run_local_watched(job: TrainingJob, observer: Observer, *, code: Any = None) -> int:
+def run_local_watched(job: TrainingJob, observer: Observer, *, code: Any = None,
+                      on_interrupt: Any = None) -> int:
     """`kdist run --local` reporting to `observer` (a live table); the job's exit code."""
     from kdist.local import run_local
 
     view = LocalView(job, observer)
     exit_code = 1
+    stopped: list[int] = []
+
+    def interrupted(signum: int) -> None:
+        stopped.append(signum)
+        if on_interrupt is not None:
+            on_interrupt(signum)
+
     try:
         exit_code = run_local(job, code=code, stdout=view,  # type: ignore[arg-type]
-                              on_attempt=view.attempt)
+                              on_attempt=view.attempt, on_interrupt=interrupted)
         return exit_code
     finally:
-        view.finish(exit_code)
+        view.finish(exit_code, interrupted=bool(stopped))

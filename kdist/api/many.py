@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from kdist.api.types import Connection
 from kdist.shared.errors import JobFailed, TimedOut
+from kdist.shared.terminal import escape
 
 if TYPE_CHECKING:
     from kdist.kube.tracker import JobState
@@ -72,15 +73,16 @@ def wait_many(conn: Connection, names: list[str], *, all_jobs: bool = False,
                 break
             if deadline is not None and time.monotonic() > deadline:
                 left = sorted(name for _, name in chosen - ended)
-                raise TimedOut(f"timed out after {timeout:g}s waiting for {', '.join(left)} "
-                               "(they keep running)")
+                raise TimedOut(escape(f"timed out after {timeout:g}s waiting for "
+                                      f"{', '.join(left)} (they keep running)"))
     finally:
         watch.close()
     states = [watch.trackers[k].state for k in sorted(chosen or ())]
     failed = [s.name for s in states if s.outcome != "Succeeded"]
     if check and failed:
-        raise JobFailed(f"{len(failed)} of {len(states)} job(s) did not succeed: "
-                        f"{', '.join(failed)}")
+        # One line, whatever the names the cluster listed hold (kdist.shared.terminal).
+        raise JobFailed(escape(f"{len(failed)} of {len(states)} job(s) did not succeed: "
+                               f"{', '.join(failed)}"))
     return states
 
 

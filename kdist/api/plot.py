@@ -2,13 +2,19 @@
 
 `kdist status NAME --plot FILE` and `Client.plot`. matplotlib is an optional
 extra (``pip install 'kdist[plot]'``); without it the one-line UsageError says
-so. Only matplotlib's object API is used (no pyplot): drawing a file from a
+so. A missing folder or a link at FILE is refused before anything is read; the
+picture replaces FILE whole (a temporary file renamed), or leaves it as it was.
+Only matplotlib's object API is used (no pyplot): drawing a file from a
 notebook leaves its plotting backend as it was.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
+import stat
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,9 +44,31 @@ def _figure_class() -> Any:
 
 
 def check_plot(path: str | os.PathLike[str], what: str = "plot") -> None:
-    """Everything drawing into `path` needs, checked before the steps are read."""
+    """Everything drawing into `path` needs, checked before the steps are read: its
+    format, matplotlib, a folder to write in, and no link or non-file in the way."""
     plot_format(path, what)
     _figure_class()
+    _check_target(os.fspath(path), what)
+
+
+def _check_target(path: str, what: str) -> None:
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        why = "is not a folder" if os.path.lexists(folder) else "does not exist"
+        raise UsageError(f"{what}: cannot write {path!r}: {folder!r} {why}")
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise UsageError(f"{what}: cannot use {path!r}: {e.strerror or e}") from None
+    if stat.S_ISLNK(mode):
+        # Writing through it would put the picture wherever the link points (another
+        # user's file, a dotfile): kdist never follows a link it was not asked to make.
+        raise UsageError(f"{what}: {path!r} is a symbolic link; give the path of a file "
+                         "(kdist does not write through links)")
+    if not stat.S_ISREG(mode):
+        raise UsageError(f"{what}: {path!r} exists and is not a regular file")
 
 
 def plot_steps(series: dict[int, list[Step]], path: str | os.PathLike[str], *,
@@ -85,9 +113,43 @@ def plot_steps(series: dict[int, list[Step]], path: str | os.PathLike[str], *,
         loss_ax.text(0.5, 0.5, "no step lines yet", ha="center", va="center",
                      transform=loss_ax.transAxes)
     fig.suptitle(title or "steps")
+    picture = io.BytesIO()  # drawn whole in memory first: a failed draw writes nothing
     try:
-        fig.savefig(os.fspath(path), format=fmt)
-    except OSError as e:
-        raise UsageError(f"{what}: cannot write {os.fspath(path)!r}: {e.strerror or e}") \
+        fig.savefig(picture, format=fmt)
+    except OSError as e:  # a font or a cache matplotlib could not read
+        raise UsageError(f"{what}: cannot draw {os.fspath(path)!r}: {e.strerror or e}") \
             from None
+    _write_atomically(os.fspath(path), picture.getvalue(), what)
     return drawn
+
+
+def _write_atomically(path: str, data: bytes, what: str) -> None:
+    """`data` in place at `path` whole or not at all: a temporary file in the same folder,
+    then renamed over `path` (a rename replaces a link there; it never writes through)."""
+    _check_target(path, what)  # again: the steps were read meanwhile
+    folder, name = os.path.split(os.path.abspath(path))
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder)
+    except OSError as e:
+        raise UsageError(f"{what}: cannot write in {folder!r}: {e.strerror or e}") from None
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+            # mkstemp makes it 0600; a picture is as readable as any file written anew.
+            os.fchmod(out.fileno(), _mode_of(path))
+        os.replace(tmp, path)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise UsageError(f"{what}: cannot write {path!r}: {e.strerror or e}") from None
+
+
+def _mode_of(path: str) -> int:
+    """The permissions a file at `path` keeps (those of the one replaced), else 0644."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return 0o644
+    return mode & 0o777 if stat.S_ISREG(mode) else 0o644

@@ -72,6 +72,9 @@ class RankLog:
     pod: str
     lines: list[str]
     note: str = ""
+    # The job's spec.procsPerNode (None: unknown or "auto"): above 1, `rank` is the node's
+    # index, and its log holds the lines of several torch ranks.
+    procs_per_node: int | None = None
 
 
 def target(**options: Any) -> ClusterOptions:

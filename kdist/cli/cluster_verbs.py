@@ -1,4 +1,4 @@
-"""The cluster verbs: submit, status, logs, list, delete — a thin shell over `kdist.api`.
+"""The cluster verbs: submit, status, list, wait, delete — a thin shell over `kdist.api`.
 
 They parse flags, call the API, and print through `kdist.cli.progress`. The
 `kubernetes` client and `rich` are imported inside the commands, so
@@ -6,6 +6,8 @@ They parse flags, call the API, and print through `kdist.cli.progress`. The
 any request (`kdist.api.check_name`). Ctrl-C (or SIGTERM) while watching
 leaves the job running and exits 130 with a hint to reattach; while creating,
 it undoes the submission (`kdist.cli.submitting`) and says what is left.
+Every line holding the cluster's names or words goes out through
+`kdist.cli.say.say` (escaped); pod log lines through `kdist.shared.terminal.log_for`.
 """
 
 from __future__ import annotations
@@ -21,11 +23,15 @@ import click
 
 from kdist.cli.options import (
     ClusterOptions,
+    Command,
     Seconds,
     backend_option,
+    cluster_options,
     workdir_option,
 )
+from kdist.cli.say import say
 from kdist.shared.errors import JobFailed, JobNotFound, UsageError
+from kdist.shared.terminal import escape
 
 
 def _opts(opts: ClusterOptions) -> dict[str, Any]:
@@ -42,7 +48,7 @@ def _interrupts(line: Callable[[KeyboardInterrupt], str]) -> Iterator[None]:
         try:
             yield
         except KeyboardInterrupt as e:
-            click.echo(f"\ninterrupted: {line(e)}", err=True)
+            click.echo(f"\ninterrupted: {escape(line(e))}", err=True)
             sys.exit(130)
 
 
@@ -72,23 +78,30 @@ def _selector(ctx: click.Context, param: click.Parameter, value: str) -> str:
 # ---- submit ------------------------------------------------------------------------------------
 
 
-@click.command()
+@click.command(cls=Command, examples=[
+    "kdist submit job.yaml                 # create, then watch to the end",
+    "kdist submit job.yaml -n team-a -f    # ... in team-a, with every node's log lines",
+    "kdist submit job.yaml --no-wait",
+    "kdist submit job.yaml --dry-run=server",
+    "kdist submit a.yaml b.yaml            # one batch: all created, or none"])
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @click.option("--wait/--no-wait", default=True, show_default=True,
               help="Watch the job(s) to the end (exit code 0 all succeeded, 1 any failed).")
 @click.option("-f", "--follow", is_flag=True,
-              help="While waiting, also print every rank's log lines ([rank N] prefix).")
+              help="While waiting, also print every pod's log lines ([rank N] prefix; [node N] "
+                   "when a pod runs several ranks).")
 @click.option("--dry-run", type=click.Choice(["client", "server"]), is_flag=False,
               flag_value="client", default=None,
               help="client: print the objects that would be sent; server: send them with "
                    "dryRun=All and report the API server's verdict.")
 @click.option("--replace", is_flag=True,
-              help="Delete an existing job of the same name first (and wait until it is gone).")
+              help="Delete an existing kdist job of the same name first (and wait until it "
+                   "is gone); a same-named job kdist did not make is refused.")
 @backend_option
 @click.option("--timeout", type=Seconds(), metavar="SECONDS",
               help="Stop waiting after SECONDS (exit 1; the job keeps running).")
 @workdir_option
-@click.pass_obj
+@cluster_options
 def submit(opts: ClusterOptions, files: tuple[str, ...], wait: bool, follow: bool,
            dry_run: str | None, replace: bool, backend: str | None, timeout: float | None,
            workdir: str | None) -> None:
@@ -136,21 +149,20 @@ def _submit_one(opts: ClusterOptions, file: str, wait: bool, follow: bool, dry_r
         ledger.submitted, started = True, time.monotonic()
         say_pod_security(file, sub.objects)
         for w in sub.warnings:
-            click.echo(f"warning: the API server says: {w}", err=True)
+            say(f"warning: the API server says: {w}", err=True)
         suffix = " (server dry run: accepted, nothing persisted)" if dry_run else ""
         for obj in sub.objects:
             if obj.get("kind") != "ConfigMap":
-                click.echo(f"{ref(obj)} created in namespace {sub.namespace}{suffix}")
+                say(f"{ref(obj)} created in namespace {sub.namespace}{suffix}")
         if code is not None:
             # One line for the code's ConfigMaps, however many chunks it took.
             names = [o["metadata"]["name"] for o in sub.objects if o.get("kind") == "ConfigMap"]
             span = names[0] if len(names) == 1 else f"{names[0]}..{names[-1].rsplit('-', 1)[1]}"
-            click.echo(f"configmap/{span} created in namespace {sub.namespace}{suffix} (code "
-                       f"{code.sha256[:12]}: {code.files} files, {len(code.archive):,} bytes "
-                       "packed)")
+            say(f"configmap/{span} created in namespace {sub.namespace}{suffix} (code "
+                f"{code.sha256[:12]}: {code.files} files, {len(code.archive):,} bytes packed)")
         if not wait and not dry_run:
-            click.echo(f"follow it with `kdist -n {sub.namespace} status {sub.name}` or "
-                       f"`kdist -n {sub.namespace} logs -f {sub.name}`")
+            say(f"follow it with `kdist -n {sub.namespace} status {sub.name}` or "
+                f"`kdist -n {sub.namespace} logs -f {sub.name}`")
 
     display = None
     if wait and dry_run is None:
@@ -193,8 +205,8 @@ def _submit_many(opts: ClusterOptions, files: tuple[str, ...], wait: bool, follo
     failed: list[str] = []
     for ns, names in by_namespace.items():
         def ended(state: Any) -> None:
-            click.echo(f"job {state.name} succeeded" if state.outcome == "Succeeded"
-                       else state.failure_line(), err=state.outcome != "Succeeded")
+            say(f"job {state.name} succeeded" if state.outcome == "Succeeded"
+                else state.failure_line(), err=state.outcome != "Succeeded")
         with _watching(", ".join(names), ns):
             states = api.wait_many(names, timeout=timeout, check=False, on_end=ended,
                                    **dict(_opts(opts), namespace=ns))
@@ -209,22 +221,25 @@ def _finish(state: Any, started: float) -> None:
     from kdist.cli.progress import duration
 
     if state.outcome == "Succeeded":
-        click.echo(f"job {state.name} succeeded in {duration(time.monotonic() - started)}")
+        say(f"job {state.name} succeeded in {duration(time.monotonic() - started)}")
         return
     raise JobFailed(state.failure_line())
 
 
-# ---- status, logs ------------------------------------------------------------------------------
+# ---- status ----------------------------------------------------------------------------------
 
 
-@click.command()
+@click.command(cls=Command, examples=[
+    "kdist status demo",
+    "kdist status demo -n team-a -o json",
+    "kdist status demo --plot steps.png"])
 @click.argument("name")
 @click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table",
               show_default=True, help="Output format.")
 @click.option("--plot", "plot", metavar="FILE", type=click.Path(dir_okay=False),
               help="Also draw loss and samples/s per rank over steps, restarts marked, into "
                    "FILE (.png or .svg; needs matplotlib: pip install 'kdist[plot]').")
-@click.pass_obj
+@cluster_options
 def status(opts: ClusterOptions, name: str, output: str, plot: str | None = None) -> None:
     """Show job NAME: its phase, and per rank pod, phase, restarts, step, loss history."""
     from kdist import api
@@ -245,46 +260,22 @@ def status(opts: ClusterOptions, name: str, output: str, plot: str | None = None
         draw(client, name, plot)
 
 
-@click.command()
-@click.argument("name")
-@click.option("--rank", type=click.IntRange(min=0, max=100_000), help="Only this node rank.")
-@click.option("-f", "--follow", is_flag=True,
-              help="Wait through Pending, follow every rank across restarts, end with the job "
-                   "(exit 1 if it failed).")
-@click.option("--tail", type=click.IntRange(min=0, max=10_000_000),
-              help="Start from the last N lines of each log.")
-@click.pass_obj
-def logs(opts: ClusterOptions, name: str, rank: int | None, follow: bool,
-         tail: int | None) -> None:
-    """Print the logs of job NAME, every rank's lines prefixed with `[rank N] `."""
-    from kdist import api
-
-    _name(name)
-    if follow:
-        from kdist.cli.progress import LogDisplay
-
-        with _watching(name, api.namespace(**_opts(opts))):
-            api.wait(name, logs=True, tail=tail, rank=rank, observer=LogDisplay(),
-                     **_opts(opts))
-        return
-    for entry in api.rank_logs(name, rank=rank, tail=tail, **_opts(opts)):
-        if entry.note:
-            click.echo(f"[rank {entry.rank}] ({entry.note})", err=True)
-        for line in entry.lines:
-            click.echo(f"[rank {entry.rank}] {line}")
-
-
 # ---- list, delete ------------------------------------------------------------------------------
 
 
-@click.command("list")
+@click.command("list", cls=Command, examples=[
+    "kdist list",
+    "kdist list -A",
+    "kdist list -l team=vision             # as kubectl get -l: =, !=, in (...), !key",
+    "kdist list --watch -l 'team in (a,b)'"])
 @click.option("-A", "--all-namespaces", is_flag=True, help="Jobs in every namespace.")
 @click.option("-w", "--watch", is_flag=True,
               help="A live table (phase, ranks running, step/max, loss, samples/s, ETA) "
                    "until Ctrl-C; one watcher for all jobs.")
 @click.option("-l", "--selector", default="", metavar="SELECTOR", callback=_selector,
-              help="Only jobs with these labels (as kubectl's -l), with --watch.")
-@click.pass_obj
+              help="Only jobs with these labels, as kubectl get -l: key=value, key!=value, "
+                   "key in (a,b), key notin (a,b), key, !key; joined by commas (all must hold).")
+@cluster_options
 def list_(opts: ClusterOptions, all_namespaces: bool, watch: bool, selector: str) -> None:
     """List kdist jobs of both backends (Indexed Jobs and PyTorchJobs)."""
     from kdist import api
@@ -303,14 +294,16 @@ def list_(opts: ClusterOptions, all_namespaces: bool, watch: bool, selector: str
             finally:
                 table.stop()
         return
-    if selector:
-        raise UsageError("-l/--selector goes with --watch (or use kubectl get -l)")
     from kdist.cli.progress import print_jobs
 
-    print_jobs(api.list_jobs(all_namespaces=all_namespaces, **_opts(opts)), all_namespaces)
+    rows = api.list_jobs(all_namespaces=all_namespaces, selector=selector, **_opts(opts))
+    print_jobs(rows, all_namespaces, selector)
 
 
-@click.command("wait")
+@click.command("wait", cls=Command, examples=[
+    "kdist wait demo other --timeout 3600",
+    "kdist wait --all -n team-a",
+    "kdist wait -l sweep=lr"])
 @click.argument("names", nargs=-1)
 @click.option("--all", "all_jobs", is_flag=True, help="Every kdist job in the namespace.")
 @click.option("-l", "--selector", default="", metavar="SELECTOR", callback=_selector,
@@ -318,7 +311,7 @@ def list_(opts: ClusterOptions, all_namespaces: bool, watch: bool, selector: str
                    "exit 2.")
 @click.option("--timeout", type=Seconds(), metavar="SECONDS",
               help="Stop waiting after SECONDS (exit 1; the jobs keep running).")
-@click.pass_obj
+@cluster_options
 def wait(opts: ClusterOptions, names: tuple[str, ...], all_jobs: bool, selector: str,
          timeout: float | None) -> None:
     """Wait for jobs to end: exit 0 when all succeeded, 1 when any failed or time ran out.
@@ -336,9 +329,9 @@ def wait(opts: ClusterOptions, names: tuple[str, ...], all_jobs: bool, selector:
 
     def ended(state: Any) -> None:
         if state.outcome == "Succeeded":
-            click.echo(f"job {state.name} succeeded")
+            say(f"job {state.name} succeeded")
         else:
-            click.echo(f"{state.failure_line()}", err=True)
+            say(state.failure_line(), err=True)
 
     ns = api.namespace(**_opts(opts))
     with _watching(", ".join(names) or "the jobs", ns):
@@ -351,20 +344,25 @@ def wait(opts: ClusterOptions, names: tuple[str, ...], all_jobs: bool, selector:
         click.echo("no kdist jobs to wait for")
 
 
-@click.command()
+@click.command(cls=Command, examples=[
+    "kdist delete demo",
+    "kdist delete demo -n team-a --no-wait"])
 @click.argument("name")
 @click.option("--wait/--no-wait", default=True, show_default=True,
               help="Wait until every object of the job (pods included) is gone.")
 @click.option("--timeout", type=Seconds(), default=300, show_default=True, metavar="SECONDS",
               help="How long --wait waits.")
-@click.pass_obj
+@cluster_options
 def delete(opts: ClusterOptions, name: str, wait: bool, timeout: float) -> None:
-    """Delete job NAME with foreground propagation: its pods, Service and the job itself."""
+    """Delete job NAME with foreground propagation: its pods, Service and the job itself.
+
+    Only kdist's objects (labelled app.kubernetes.io/managed-by=kdist and
+    kdist.dev/job-name=NAME): a same-named job kdist did not make is refused (exit 2)."""
     from kdist import api
 
     gone = api.delete(_name(name), wait=wait, timeout=timeout, **_opts(opts))
-    click.echo(f"deleted {', '.join(gone.objects)} in namespace {gone.namespace}"
-               + (" (every object is gone)" if wait else ""))
+    say(f"deleted {', '.join(gone.objects)} in namespace {gone.namespace}"
+        + (" (every object is gone)" if wait else ""))
 
 
-COMMANDS = [submit, status, logs, list_, wait, delete]
+COMMANDS = [submit, status, list_, wait, delete]  # logs: kdist.cli.logs

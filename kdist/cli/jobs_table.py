@@ -2,6 +2,7 @@
 
 On a terminal a rich Live table, redrawn at most once a second; otherwise one
 plain line per job each time its row changes (so a log file reads as history).
+Every cell is escaped (`kdist.shared.terminal`) and a rich Text, never markup.
 """
 
 from __future__ import annotations
@@ -10,16 +11,19 @@ import sys
 import time
 from typing import IO, TYPE_CHECKING, Any
 
-from kdist.cli.progress import duration
+from kdist.cli.progress import duration, shown
+from kdist.shared.terminal import escape
 
 if TYPE_CHECKING:
     from kdist.api.types import JobState
 
-COLUMNS = ["NAMESPACE", "NAME", "PHASE", "RANKS", "STEP", "LOSS", "SAMPLES/S", "ETA"]
+# NODES: pods running of the job's nodes (a pod is a node; it may run several ranks).
+COLUMNS = ["NAMESPACE", "NAME", "PHASE", "NODES", "STEP", "LOSS", "SAMPLES/S", "ETA"]
 
 
 def row(state: JobState) -> list[str]:
-    """A job's cells: phase, ranks running/total, step/max, loss, throughput, time left."""
+    """A job's cells: phase, nodes running/total, step/max, loss, throughput, time left;
+    escaped (the namespace, name and phase are the cluster's)."""
     ranks = sorted(state.ranks.values(), key=lambda r: r.rank)
     running = sum(1 for r in ranks if r.phase == "Running")
     r0 = state.ranks.get(0)
@@ -28,8 +32,9 @@ def row(state: JobState) -> list[str]:
     loss = "-" if r0 is None or r0.loss is None else f"{r0.loss:.4g}"
     rate = "-" if r0 is None or not r0.samples_per_s else f"{r0.samples_per_s:,.0f}"
     eta = state.eta_s()
-    return [state.namespace, state.name, state.phase, f"{running}/{state.nodes or len(ranks)}",
-            step, loss, rate, "-" if eta is None else duration(eta)]
+    cells = [state.namespace, state.name, state.phase, f"{running}/{state.nodes or len(ranks)}",
+             step, loss, rate, "-" if eta is None else duration(eta)]
+    return [escape(cell) for cell in cells]
 
 
 class JobsTable:
@@ -72,7 +77,7 @@ class JobsTable:
         for col in COLUMNS if self.namespaces else COLUMNS[1:]:
             table.add_column(col, no_wrap=True)
         for state in states:
-            table.add_row(*self._cells(state))
+            table.add_row(*(shown(cell) for cell in self._cells(state)))
         if not states:
             table.add_row(*(["no kdist jobs"] + [""] * (len(table.columns) - 1)))
         return table

@@ -14,12 +14,15 @@ import click
 
 from kdist.cli.options import (
     ClusterOptions,
+    Command,
     backend_option,
+    cluster_options,
     global_options,
     job_file_argument,
     output_option,
     workdir_option,
 )
+from kdist.cli.say import say
 from kdist.shared.errors import KdistError, UsageError
 
 if TYPE_CHECKING:  # the spec model imports pydantic: not for `kdist --help`
@@ -35,8 +38,10 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except KdistError as e:
+            # Escaped as the error was made (KdistError); say() again, whatever an
+            # error's own __init__ did: nothing in it is obeyed by the terminal.
             for line in str(e).splitlines() or [type(e).__name__]:
-                click.echo(f"error: {line}", err=True)
+                say(f"error: {line}", err=True)
             sys.exit(e.exit_code)
         except click.exceptions.Exit:
             raise
@@ -53,6 +58,10 @@ def main(ctx: click.Context, kubeconfig: str | None, context: str | None,
          namespace: str | None, request_timeout: float | None) -> None:
     """Distributed PyTorch training on Kubernetes from one job.yaml.
 
+    The global options (--kubeconfig, --context, -n, --request-timeout) go before
+    or after the verb, as with kubectl; given in both places, the one after the
+    verb wins. `kdist VERB --help` lists them with the verb's own, and examples.
+
     \b
     Shell completion (bash; zsh/fish likewise):
       eval "$(_KDIST_COMPLETE=bash_source kdist)"
@@ -62,7 +71,7 @@ def main(ctx: click.Context, kubeconfig: str | None, context: str | None,
 
 
 def _warn(line: str) -> None:
-    click.echo(f"warning: {line}", err=True)
+    say(f"warning: {line}", err=True)
 
 
 def load(file: str, namespace: str | None = None, backend: str | None = None, *,
@@ -95,9 +104,12 @@ def say_pod_security(file: str, objects: list[dict[str, Any]]) -> None:
         click.echo(note, err=True)
 
 
-@main.command()
+@main.command(cls=Command, cluster=False, examples=[
+    "kdist validate job.yaml",
+    "kdist validate jobs/*.yaml      # every problem of every file, exit 2 if any"])
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
-def validate(files: tuple[str, ...]) -> None:
+@cluster_options
+def validate(opts: ClusterOptions, files: tuple[str, ...]) -> None:
     """Check job files; print every problem with its field path."""
     from kdist import api
     from kdist.shared.errors import SpecError
@@ -116,12 +128,15 @@ def validate(files: tuple[str, ...]) -> None:
         raise SpecError(problems)
 
 
-@main.command()
+@main.command(cls=Command, examples=[
+    "kdist render job.yaml",
+    "kdist render job.yaml -n team-a -o json",
+    "kdist render job.yaml --backend pytorchjob | kubectl apply --dry-run=server -f -"])
 @job_file_argument
 @output_option
 @backend_option
 @workdir_option
-@click.pass_obj
+@cluster_options
 def render(opts: ClusterOptions, file: str, output: str, backend: str | None,
            workdir: str | None) -> None:
     """Print the Kubernetes objects for FILE (no cluster needed).
@@ -137,12 +152,22 @@ def render(opts: ClusterOptions, file: str, output: str, backend: str | None,
     click.echo(api.to_yaml(objects) if output == "yaml" else api.to_json(objects), nl=False)
 
 
-@main.command()
+@main.command(cls=Command, cluster=False, examples=[
+    "kdist init                      # writes ./job.yaml",
+    "kdist init train.yaml --force",
+    "kdist init - | less"])
 @click.argument("file", default="job.yaml", type=click.Path(dir_okay=False))
 @click.option("--force", is_flag=True, help="Overwrite FILE if it exists.")
-def init(file: str, force: bool) -> None:
-    """Write a commented starter job file (default ./job.yaml); '-' prints it."""
-    text = STARTER.read_text()
+@cluster_options
+def init(opts: ClusterOptions, file: str, force: bool) -> None:
+    """Write a commented starter job file (default ./job.yaml); '-' prints it.
+
+    Its first line points editors at job.yaml's JSON Schema (yaml-language-server).
+    """
+    from kdist.api.explain import schema_modeline
+
+    where = Path.cwd() if file == "-" else Path(file).parent
+    text = schema_modeline(where) + STARTER.read_text()
     if file == "-":
         click.echo(text, nl=False)
         return
@@ -181,26 +206,55 @@ def _write_new(path: Path, text: str, force: bool) -> None:
         raise UsageError(f"{path}: cannot write: {e.strerror or e}") from None
 
 
-@main.command()
+@main.command(cls=Command, cluster=False, examples=[
+    "kdist run --local               # the built-in 2-rank DDP starter job",
+    "kdist run --local job.yaml",
+    "kdist run --local job.yaml --raw | tee run.log"])
 @click.argument("file", required=False, type=click.Path(dir_okay=False))
 @click.option("--local", "local", is_flag=True, help="Run on this machine as local processes.")
 @click.option("--raw", is_flag=True,
               help="Only the prefixed lines, no live table (what a pipe or a file gets).")
 @workdir_option
-def run(file: str | None, local: bool, raw: bool, workdir: str | None) -> None:
+@cluster_options
+def run(opts: ClusterOptions, file: str | None, local: bool, raw: bool,
+        workdir: str | None) -> None:
     """Run FILE (default: the built-in starter job) as local process groups.
 
     Same container command and env contract as the pods get, master 127.0.0.1;
     every line is prefixed with its rank. On a terminal, the live per-rank table of
     `kdist submit` stays below the lines (--raw: the lines alone, as when piped).
-    Exit code is the job's. With a workdir (--workdir, spec.workdir) the nodes run
-    in .kdist/NAME/workspace, a fresh copy unpacked from the archive the pods would get.
+    The last line says how it ended, how long it took, rank 0's steps and loss
+    (stdout when it succeeded, stderr otherwise). Exit code is the job's; Ctrl-C
+    stops every node and is "interrupted", exit 130 (SIGTERM: 143). When the spec's
+    port is taken here (another local run), a free one is used and said. With a
+    workdir (--workdir, spec.workdir) the nodes run in .kdist/NAME/workspace, a
+    fresh copy unpacked from the archive the pods would get.
     """
     if not local:
         raise UsageError("kdist run needs --local (use `kdist submit FILE` for a cluster)")
     from kdist import api
     from kdist.cli.progress import make_local_display
+    from kdist.cli.running import RunSummary, Sniffing, Tee
 
     job = load(file or str(STARTER), local=True)
     code = pack_code(job, workdir)
-    sys.exit(api.run_local(job, code=code, observer=make_local_display(raw)))
+    summary, stopped = RunSummary(job.metadata.name), list[int]()
+    display = make_local_display(raw)
+    if display is None:
+        exit_code = api.run_local(job, code=code, stdout=Tee(summary),  # type: ignore[arg-type]
+                                  on_interrupt=stopped.append)
+    else:
+        exit_code = api.run_local(job, code=code, observer=Sniffing(display, summary),
+                                  on_interrupt=stopped.append)
+    summary.say(exit_code, stopped[0] if stopped else None)
+    sys.exit(exit_code)
+
+
+def _register_explain() -> None:
+    # Its own module (kdist.cli.explain); it needs no cluster, like the verbs above.
+    from kdist.cli.explain import explain
+
+    main.add_command(explain)
+
+
+_register_explain()

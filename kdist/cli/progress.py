@@ -1,19 +1,27 @@
 """Showing a job: live progress while it runs, and the `status`/`list` tables.
 
-On a terminal, progress is a rich Live table (per rank: pod, phase,
+On a terminal, progress is a rich Live table (per pod: pod, phase,
 restarts, step with a bar toward --max-steps, loss; elapsed in the title),
 with warnings and log lines printed above it. When stdout is not a
 terminal, it is plain lines, one each time a rank's state changes.
 `rich` is imported only here, inside functions.
+
+What the cluster says (names, phases, reasons, messages) is shown, never
+obeyed: every table cell and line is a `rich.text.Text` of escaped words
+(`kdist.shared.terminal`), never a markup string, so `[bold]` or `[link=...]` in
+a reason is text and an ESC in a node name is ``^[``. Pod log lines keep their
+colours on a terminal and nothing else (`kdist.shared.terminal.log_for`).
 """
 
 from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from typing import IO, TYPE_CHECKING, Any
 
 from kdist.api.types import parse_time
+from kdist.shared.terminal import escape, escape_log, log_for
 
 if TYPE_CHECKING:
     from kdist.api.types import JobState, RankState
@@ -75,8 +83,21 @@ def _is_tty(stream: IO[str]) -> bool:
         return False
 
 
+def shown(value: object, style: str = "") -> Any:
+    """A rich Text of `value`, escaped: never read as markup, emoji codes or control codes."""
+    from rich.text import Text
+
+    return Text(escape(value), style=style)
+
+
+def ranks_shown(state: JobState) -> bool:
+    """Whether a "ranks" column says which torch ranks each node holds (procsPerNode > 1)."""
+    return (state.procs_per_node or 1) > 1
+
+
 class PlainDisplay:
-    """One line per change of a rank's state; log lines as `[rank N] ...`."""
+    """One line per change of a pod's state; log lines as `[rank N] ...` (`[node N]` when
+    a pod runs several ranks: its log holds all of them, without a rank's own prefix)."""
 
     def __init__(self, out: IO[str] | None = None, err: IO[str] | None = None,
                  echo_logs: bool = False) -> None:
@@ -86,16 +107,24 @@ class PlainDisplay:
         self.echo_logs = echo_logs
         self.started = time.monotonic()
         self._last: dict[int, tuple[Any, int | None, float]] = {}
+        self.unit = "rank"  # as JobState's default (procsPerNode 1) until the job says
 
-    def _print(self, text: str, err: bool = False) -> None:
+    def _print(self, line: str, err: bool = False) -> None:
+        """A line of kdist's own (escaped: it holds the cluster's names and words)."""
         stream = self.err if err else self.out
-        print(text, file=stream, flush=True)
+        print(escape(line), file=stream, flush=True)
+
+    def _print_log(self, prefix: str, line: str) -> None:
+        """A log line after kdist's own `prefix` (`kdist.shared.terminal.log_for`)."""
+        print(escape(prefix) + log_for(self.out, line), file=self.out, flush=True)
 
     def start(self, state: JobState) -> None:
+        self.unit = state.unit
         self._print(f"watching {state.kind or 'job'} {state.namespace}/{state.name} "
                     f"(Ctrl-C stops watching; the job keeps running)")
 
     def update(self, state: JobState) -> None:
+        self.unit = state.unit
         now = time.monotonic()
         elapsed = duration(now - self.started)
         for r in sorted(state.ranks.values(), key=lambda r: r.rank):
@@ -107,7 +136,8 @@ class PlainDisplay:
             if key == last_key and now - last_time < STEP_EVERY and r.step != state.max_steps:
                 continue
             self._last[r.rank] = (key, r.step, now)
-            line = f"[{elapsed:>6}] rank {r.rank} pod {r.pod} {_phase_text(r)}"
+            held = f" (ranks {state.ranks_of(r.rank)})" if ranks_shown(state) else ""
+            line = f"[{elapsed:>6}] {state.unit} {r.rank}{held} pod {r.pod} {_phase_text(r)}"
             if r.restarts:
                 line += f" restarts {r.restarts}"
             if r.step is not None:
@@ -124,10 +154,11 @@ class PlainDisplay:
 
     def log(self, rank: int | None, line: str) -> None:
         if self.echo_logs:
-            self._print(f"[rank {'?' if rank is None else rank}] {line}")
+            self._print_log(f"[{self.unit} {'?' if rank is None else rank}] ", line)
 
-    def message(self, text: str) -> None:
-        self._print(text)
+    def message(self, line: str) -> None:
+        """A line of a local run's output, its `[rank N] ` prefix and all (LocalView)."""
+        self._print_log("", line)
 
     def stop(self) -> None:
         pass
@@ -136,14 +167,18 @@ class PlainDisplay:
 class LogDisplay(PlainDisplay):
     """`kdist logs -f`: log lines on stdout, warnings on stderr, no progress lines."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_start: Callable[[JobState], None] | None = None) -> None:
         super().__init__(echo_logs=True)
+        self.on_start = on_start
 
     def start(self, state: JobState) -> None:
-        pass
+        """`on_start(state)` first: the job is known, no log read yet (it may refuse)."""
+        if self.on_start is not None:
+            self.on_start(state)
+        self.unit = state.unit
 
     def update(self, state: JobState) -> None:
-        pass
+        self.unit = state.unit
 
 
 class LiveDisplay(PlainDisplay):
@@ -196,10 +231,15 @@ class LiveDisplay(PlainDisplay):
                  f"{restarts_text(s, ', ')}")
         self.live.update(progress_table(s, title=title), refresh=True)
 
-    def _print(self, text: str, err: bool = False) -> None:
+    def _print(self, line: str, err: bool = False) -> None:
+        self.live.console.print(shown(line, style="yellow" if err else ""), soft_wrap=True)
+
+    def _print_log(self, prefix: str, line: str) -> None:
         from rich.text import Text
 
-        self.live.console.print(Text(text, style="yellow" if err else ""), soft_wrap=True)
+        # Colours become rich styles; what escape_log left is text (no other sequence).
+        self.live.console.print(shown(prefix) + Text.from_ansi(escape_log(line)),
+                                soft_wrap=True)
 
     def stop(self) -> None:
         if self._live is not None and self._live.is_started:
@@ -246,16 +286,20 @@ def progress_table(state: JobState, title: str) -> Any:
     from rich.progress_bar import ProgressBar
     from rich.table import Table
 
-    table = Table(title=title, title_justify="left", box=None, pad_edge=False)
-    for col in ("rank", "pod", "phase", "restarts", "step", "", "loss"):
+    table = Table(title=shown(title), title_justify="left", box=None, pad_edge=False)
+    held = ranks_shown(state)
+    for col in (state.unit, *(["ranks"] if held else []), "pod", "phase", "restarts", "step",
+                "", "loss"):
         table.add_column(col, no_wrap=True)
     for r in sorted(state.ranks.values(), key=lambda r: r.rank):
         bar: Any = ""
         if state.max_steps and r.step is not None:
             bar = ProgressBar(total=state.max_steps, completed=min(r.step, state.max_steps),
                               width=20)
-        table.add_row(str(r.rank), r.pod or "-", _phase_text(r, state), str(r.restarts),
-                      _step_text(r, state.max_steps), bar, _loss_text(r))
+        table.add_row(shown(r.rank), *([shown(state.ranks_of(r.rank))] if held else []),
+                      shown(r.pod or "-"), shown(_phase_text(r, state)),
+                      shown(r.restarts), shown(_step_text(r, state.max_steps)), bar,
+                      shown(_loss_text(r)))
     return table
 
 
@@ -273,36 +317,40 @@ def print_status(state: JobState) -> None:
     head += restarts_text(state, "  ")
     if state.reason and state.outcome:
         head += f"  ({state.reason}{': ' + state.message if state.message else ''})"
-    console.print(head, markup=False)
+    console.print(shown(head))
     if state.queue_status and not state.outcome:
         words = {"queued": "queued in", "never-fits": "can never be admitted in",
                  "admitted": "admitted from"}[state.queue_status]
-        console.print(f"{words} LocalQueue {state.queue_name}: {state.queue_message}",
-                      markup=False)
+        console.print(shown(f"{words} LocalQueue {state.queue_name}: {state.queue_message}"))
     if state.outcome == "Failed" and state.first_failure() is not None:
-        console.print(state.failure_line(), markup=False)
+        console.print(shown(state.failure_line()))
     elif (bad := state.first_failure()) is not None:  # e.g. which rank hung, what was killed
         said = f": {bad.said}" if bad.said else ""
-        console.print(f"restarted after rank {bad.rank} (pod {bad.pod}) exited with code "
-                      f"{bad.exit_code}{said}", markup=False)
+        console.print(shown(f"restarted after {state.unit} {bad.rank} (pod {bad.pod}) exited "
+                            f"with code {bad.exit_code}{said}"))
     table = Table(box=None, pad_edge=False)
-    for col in ("RANK", "POD", "PHASE", "RESTARTS", "STEP", "LOSS", "LOSS HISTORY", "NODE"):
+    held = ranks_shown(state)
+    # HOST: the Kubernetes node the pod runs on ("node" is kdist's word for a pod).
+    for col in (state.unit.upper(), *(["RANKS"] if held else []), "POD", "PHASE", "RESTARTS",
+                "STEP", "LOSS", "LOSS HISTORY", "HOST"):
         table.add_column(col, no_wrap=True)
     for r in sorted(state.ranks.values(), key=lambda r: r.rank):
-        table.add_row(str(r.rank), r.pod or "-", _phase_text(r, state), str(r.restarts),
-                      _step_text(r, state.max_steps), _loss_text(r), sparkline(r.losses),
-                      r.node or "-")
+        table.add_row(*(shown(cell) for cell in (
+            r.rank, *([state.ranks_of(r.rank)] if held else []), r.pod or "-",
+            _phase_text(r, state), r.restarts, _step_text(r, state.max_steps), _loss_text(r),
+            sparkline(r.losses), r.node or "-")))
     console.print(table)
 
 
-def print_jobs(rows: list[Any], all_namespaces: bool) -> None:
+def print_jobs(rows: list[Any], all_namespaces: bool, selector: str = "") -> None:
     """`kdist list`: one row per job of either backend."""
     from rich.console import Console
     from rich.table import Table
 
     console = Console(width=None if _is_tty(sys.stdout) else 200, highlight=False)
     if not rows:
-        console.print("no kdist jobs found", markup=False)
+        console.print(shown("no kdist jobs found" + (f" matching -l {selector!r}" if selector
+                                                      else "")))
         return
     table = Table(box=None, pad_edge=False)
     cols = (["NAMESPACE"] if all_namespaces else []) + ["NAME", "BACKEND", "NODES", "PHASE",
@@ -311,6 +359,6 @@ def print_jobs(rows: list[Any], all_namespaces: bool) -> None:
         table.add_column(col, no_wrap=True)
     for row in rows:
         cells = [row.namespace] if all_namespaces else []
-        table.add_row(*cells, row.name, row.backend, str(row.nodes or "-"), row.phase,
-                      duration(row.age_s))
+        cells += [row.name, row.backend, row.nodes or "-", row.phase, duration(row.age_s)]
+        table.add_row(*(shown(cell) for cell in cells))
     console.print(table)

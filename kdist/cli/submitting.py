@@ -16,7 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from kdist.cli.say import say
 from kdist.shared.errors import KdistError, UsageError
+from kdist.shared.terminal import escape
 
 if TYPE_CHECKING:
     from kdist.api import Submission
@@ -88,7 +90,7 @@ class Ledger:
             except JobNotFound:
                 pass  # nothing to replace
         if (ns, name) in self.replaced:
-            click.echo(f"replaced: deleted {', '.join(self.replaced[(ns, name)])}")
+            say(f"replaced: deleted {', '.join(self.replaced[(ns, name)])}")
             wait_gone(cluster, name, ns, DELETE_TIMEOUT)
 
     def undo(self, e: BaseException, file: str, job: TrainingJob, dry_run: str | None) -> None:
@@ -97,7 +99,8 @@ class Ledger:
         Further signals wait until every delete has been sent."""
         import sys
 
-        from kdist import api
+        from kdist.api.batchkit import undo
+        from kdist.api.types import connect, target
         from kdist.shared.errors import JobNotFound
         from kdist.shared.signals import held
 
@@ -106,7 +109,8 @@ class Ledger:
             with held():
                 for made_from, sub in reversed(self.created if dry_run is None else []):
                     try:
-                        api.delete(sub.name, wait=False, **self.target(sub.namespace))
+                        # By the uid it was created with: not whatever has its name now.
+                        undo(connect(target(**self.target(sub.namespace)))[0], sub)
                         undone.append(f"job {sub.name} ({made_from})")
                     except JobNotFound:
                         undone.append(f"job {sub.name} ({made_from}, gone already)")
@@ -132,7 +136,7 @@ class Ledger:
             story.append("no job of this batch exists")
         line = "; ".join(filter(None, story))
         if interrupted:
-            click.echo(f"\ninterrupted: {line}", err=True)
+            click.echo(f"\ninterrupted: {escape(line)}", err=True)
             sys.exit(130)
         failure = KdistError(line)
         failure.exit_code = getattr(e, "exit_code", 3)
@@ -183,6 +187,7 @@ def submit_many(opts: ClusterOptions, files: tuple[str, ...], dry_run: str | Non
     options = {"kubeconfig": opts.kubeconfig, "context": opts.context,
                "request_timeout": opts.request_timeout}
     ledger = Ledger(options)
+    warned: set[str] = set()
     file, job = jobs[0]
     with interruptible():
         try:
@@ -198,9 +203,11 @@ def submit_many(opts: ClusterOptions, files: tuple[str, ...], dry_run: str | Non
                     continue
                 ledger.created.append((file, sub))
                 for w in sub.warnings:
-                    click.echo(f"warning: the API server says: {w}", err=True)
+                    if w not in warned:  # once per distinct text in the whole batch
+                        warned.add(w)
+                        say(f"warning: the API server says: {w}", err=True)
                 suffix = " (server dry run: accepted, nothing persisted)" if dry_run else ""
-                click.echo(f"{ref(sub.objects[0])} created in namespace {sub.namespace}{suffix}")
+                say(f"{ref(sub.objects[0])} created in namespace {sub.namespace}{suffix}")
         except (KdistError, KeyboardInterrupt) as e:
             ledger.undo(e, file, job, dry_run)  # raises: the batch failed
     return [sub for _, sub in ledger.created]

@@ -1,13 +1,17 @@
 """The cluster client: raw JSON over the official client's configured connection.
 
 Objects travel as plain dicts, exactly as rendered and exactly as the API
-returns them, so what `--dry-run=client` prints is what is sent and what the
-watch sees is what tests record. The `kubernetes` package supplies the
-kubeconfig handling (TLS, tokens, exec plugins, in-cluster config) and its
-urllib3 pool; URLs come from `kdist.kube.kinds` only, and every answer is
-checked to be the Kubernetes API's (an HTML page is an error, not a crash).
-Each request is bounded by the request timeout (default 15 s): a server that
-accepts and never answers fails the verb with a clear message.
+returns them, so what `--dry-run=client` prints is what is sent (ownerReferences
+and the submission token aside, `kdist.kube.owned.sent_as`) and what the watch
+sees is what tests record. The `kubernetes` package supplies the kubeconfig
+handling (TLS, tokens, exec plugins, in-cluster config) and its urllib3 pool,
+with the proxy kdist chose (`kdist.kube.proxy`); messages name the server
+without its user:password (`errors.redacted`). URLs come from `kdist.kube.kinds`
+only, and every answer is checked to be the Kubernetes API's (an HTML page is an
+error, not a crash). Each request ends by its deadline, the request timeout
+(default 15 s), connecting and the whole answer included; answers are read in
+bounded pieces, never past kdist's caps; a 429 asking for a short wait is sent
+again (`kdist.kube.transport`).
 """
 
 from __future__ import annotations
@@ -16,45 +20,33 @@ import json
 import threading
 from collections.abc import Iterator
 from typing import Any
-from urllib.parse import urlencode
 
-from kdist.kube import kinds
+from kdist.kube import bodies, kinds, owned
+from kdist.kube.answers import checked, listed
 from kdist.kube.config import ClusterOptions, KubeConfig
 from kdist.kube.errors import (
     RETRYABLE_STATUS,
     Action,
     HttpError,
-    PartlyUndone,
+    MaybeDone,
     Transient,
+    Unanswered,
     api_error,
     not_the_api,
 )
-from kdist.shared.errors import ClusterError, JobNotFound, KdistError, OperatorMissing
+from kdist.kube.transport import Transport
+from kdist.shared.errors import JobNotFound, OperatorMissing
 from kdist.shared.limits import MAX_ANSWER_BYTES, MAX_EVENT_BYTES
 
-FIELD_MANAGER = "kdist"
-CONNECT_TIMEOUT = 10.0
 WATCH_SECONDS = 60  # server-side timeoutSeconds of each watch; the read timeout is longer
 LOG_READ_TIMEOUT = 120  # a log quiet this long is reconnected (and checked) once
 
 
-def _transport_errors() -> tuple[type[BaseException], ...]:
-    import urllib3
-
-    return (urllib3.exceptions.HTTPError, OSError)
-
-
-class Cluster:
+class Cluster(Transport):
     """One API server, as the kubeconfig (and --context) says."""
 
     def __init__(self, configuration: Any, request_timeout: float) -> None:
-        from kdist.kube.official import pieces
-
-        rest = pieces()[2]
-        self.configuration = configuration
-        self.server: str = str(configuration.host).rstrip("/")
-        self.request_timeout = request_timeout
-        self._pool = rest.RESTClientObject(configuration).pool_manager
+        super().__init__(configuration, request_timeout)
         self._served: dict[str, bool] = {}  # kind -> served, from discovery
         self._lock = threading.Lock()
 
@@ -67,163 +59,66 @@ class Cluster:
 
     # -- one request ---------------------------------------------------------------------
 
-    def _headers(self, content_type: str | None = None) -> dict[str, str]:
-        headers = {"Accept": "application/json", "User-Agent": "kdist"}
-        if content_type:
-            headers["Content-Type"] = content_type
-        cfg = self.configuration
-        token = cfg.get_api_key_with_prefix("authorization") or \
-            cfg.get_api_key_with_prefix("BearerToken")
-        if token:
-            headers["Authorization"] = token
-        return headers
-
-    def open(self, method: str, path: str, query: dict[str, Any] | None = None,
-             body: Any = None, *, read_timeout: float | None = None) -> Any:
-        """The raw (unread) urllib3 response of one request; HttpError for a non-2xx answer.
-
-        Transport failures (refused, reset, timed out) raise urllib3/OSError errors.
-        """
-        import urllib3
-
-        url = self.server + path + (f"?{urlencode(query)}" if query else "")
-        data = None if body is None else json.dumps(body).encode()
-        timeout = urllib3.Timeout(connect=min(CONNECT_TIMEOUT, self.request_timeout),
-                                  read=read_timeout or self.request_timeout)
-        resp = self._pool.request(
-            method, url, body=data, preload_content=False, retries=False, timeout=timeout,
-            headers=self._headers("application/json" if data is not None else None))
-        if not 200 <= resp.status < 300:
-            body_bytes = resp.read(1 << 20)
-            resp.release_conn()
-            raise HttpError(resp.status, resp.reason or "", body_bytes)
-        return resp
-
     def request(self, action: Action, method: str, path: str,
                 query: dict[str, Any] | None = None, body: Any = None, *,
                 transient: bool = False) -> dict[str, Any]:
-        """One request's JSON answer; every failure becomes a KdistError.
+        """One request's JSON answer; every failure becomes a KdistError: `MaybeDone`
+        for a create answered 5xx or unanswered once sent (it may have happened).
 
         With `transient`, a transport failure or a 429/5xx raises `Transient`
         instead, for a caller that retries (the watch loop).
         """
+        def once() -> tuple[bytearray, str]:
+            with self.exchange(method, path, query, body, what=action) as (resp, _):
+                where = f"the API server at {self.server} answered {method} {path}"
+                data = bodies.whole(bodies.pieces(resp, where), MAX_ANSWER_BYTES, where)
+                return data, resp.headers.get("Content-Type", "")
+
         try:
-            resp = self.open(method, path, query, body)
-            try:
-                data = resp.read(MAX_ANSWER_BYTES + 1)
-                if len(data) > MAX_ANSWER_BYTES:
-                    raise ClusterError(f"the API server at {self.server} answered {method} "
-                                       f"{path} with more than {MAX_ANSWER_BYTES >> 20} MiB")
-                content_type = resp.headers.get("Content-Type", "")
-                warnings = resp.headers.getlist("Warning") if hasattr(
-                    resp.headers, "getlist") else []
-            finally:
-                resp.release_conn()
+            data, content_type = self.retrying(method, once)
         except HttpError as e:
             if transient and e.status in RETRYABLE_STATUS:
                 raise Transient(f"{e.status} {e.reason}") from None
-            raise api_error(e, action, self.server) from None
-        except _transport_errors() as e:
+            error = api_error(e, action, self.server)
+            raise MaybeDone(str(error)) if method == "POST" and e.status >= 500 else error \
+                from None
+        except Unanswered as u:
             if transient:
-                raise Transient(str(self._unreachable(e))) from None
-            raise self._unreachable(e) from None
+                raise Transient(str(u.error)) from None
+            raise MaybeDone(str(u.error)) if method == "POST" and u.sent else u.error from None
         try:
             answer = json.loads(data or b"{}")
         except ValueError:
             raise not_the_api(self.server, f"{method} {path}", content_type, data) from None
         if not isinstance(answer, dict):
             raise not_the_api(self.server, f"{method} {path}", content_type, data)
-        if warnings:
-            answer = dict(answer)
-            answer["__warnings__"] = [_warning_text(w) for w in warnings]
         return answer
-
-    def _unreachable(self, e: BaseException) -> ClusterError:
-        import urllib3
-
-        if isinstance(e, (urllib3.exceptions.TimeoutError, TimeoutError)) or \
-                "timed out" in str(e).lower():
-            return ClusterError(
-                f"the API server at {self.server} did not answer within "
-                f"{self.request_timeout:g}s (set --request-timeout or $KDIST_REQUEST_TIMEOUT "
-                "for a slow server)")
-        reason = getattr(e, "reason", None) or e
-        return ClusterError(f"cluster unreachable at {self.server}: "
-                            f"{' '.join(str(reason).split())}")
 
     # -- create ---------------------------------------------------------------------------
 
     def create(self, objects: list[dict[str, Any]], *,
                dry_run: bool = False) -> tuple[list[dict[str, Any]], list[str]]:
-        """Create every object in order, all or nothing; returns them and the API's warnings.
+        """Create every object in order, all or nothing (`kdist.kube.creating`); returns
+        them and the API's warnings not reported yet."""
+        from kdist.kube import creating
 
-        Objects after the first are owned by it (ownerReferences to its uid, known
-        once it exists), so deleting the job removes everything. If one fails,
-        the ones already created are deleted again. Ctrl-C and SIGTERM wait for
-        the request in flight (a POST cut short would leave an object kdist does
-        not know it made), then the same rollback runs to its end, a second
-        signal notwithstanding, and `Interrupted` says what it deleted and left.
-        """
-        from kdist.shared.signals import Interrupted, held
-
-        created: list[dict[str, Any]] = []
-        warnings: list[str] = []
-        with held() as pending:
-            try:
-                for obj in objects:
-                    if pending.signum is not None:
-                        break
-                    if created and not dry_run:
-                        obj = _owned_by(obj, created[0])
-                    made = self._create_one(obj, dry_run)
-                    warnings += made.pop("__warnings__", [])
-                    created.append(made)
-            except BaseException as e:
-                _, left = ([], []) if dry_run else self._rollback(created)
-                if left and isinstance(e, KdistError):
-                    raise PartlyUndone(f"{e}; undoing the submission failed too: "
-                                       f"{'; '.join(left)}", left) from e
-                raise
-            if pending.signum is not None:
-                undone, left = ([], []) if dry_run else self._rollback(created)
-                raise Interrupted(pending.signum, undone=undone, left=left)
-        return created, warnings
-
-    def _create_one(self, obj: dict[str, Any], dry_run: bool) -> dict[str, Any]:
-        kind, meta = kinds.of(obj), obj["metadata"]
-        ns = meta["namespace"]
-        query = {"fieldManager": FIELD_MANAGER, **({"dryRun": "All"} if dry_run else {})}
-        return self.request(Action("create", kind.plural, ns, meta["name"]), "POST",
-                            kind.collection(ns), query, obj)
-
-    def _rollback(self, created: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
-        """Delete what a failed submission created: (what was deleted, what could not be,
-        with why)."""
-        undone, left = [], []
-        for obj in reversed(created):
-            kind, meta = kinds.of(obj), obj["metadata"]
-            try:
-                self.delete_object(kind, meta["name"], meta["namespace"])
-                undone.append(f"{kind.ref}/{meta['name']}")
-            except JobNotFound:
-                undone.append(f"{kind.ref}/{meta['name']}")  # gone already (its owner's)
-            except KdistError as e:
-                left.append(f"{kind.ref}/{meta['name']} ({e})")
-        return undone, left
+        return creating.create(self, objects, dry_run=dry_run)
 
     # -- read -----------------------------------------------------------------------------
 
     def get(self, kind: kinds.Kind, name: str, namespace: str) -> dict[str, Any]:
         obj = self.request(Action("get", kind.plural, namespace, name), "GET",
                            kind.item(namespace, name))
-        return dict(obj, kind=obj.get("kind") or kind.kind)
+        return checked(dict(obj, kind=obj.get("kind") or kind.kind), kind,
+                       f"the answer to GET {kind.kind} {name}")
 
     def list_objects(self, kind: kinds.Kind, namespace: str | None,
              **selectors: str) -> list[dict[str, Any]]:
         query = {_SELECTOR_PARAMS[k]: v for k, v in selectors.items()}
         answer = self.request(Action("list", kind.plural, namespace), "GET",
                               kind.collection(namespace), query)
-        return [dict(i, kind=kind.kind) for i in answer.get("items") or []]
+        where = f"in namespace {namespace}" if namespace else "in every namespace"
+        return listed(answer, kind, f"the list of {kind.plural} {where}")
 
     def serves(self, kind: kinds.Kind) -> bool:
         """Whether the cluster serves `kind` (asked once per kind, by discovery)."""
@@ -267,13 +162,15 @@ class Cluster:
         raise JobNotFound(f"no job {name} in namespace {namespace} (neither a Job nor a "
                           "PyTorchJob)")
 
-    def list_jobs(self, namespace: str | None) -> list[dict[str, Any]]:
-        """Every kdist job (both backends) in `namespace`, or in all when None."""
+    def list_jobs(self, namespace: str | None, selector: str = "") -> list[dict[str, Any]]:
+        """Every kdist job (both backends) in `namespace`, or in all when None; with a
+        label `selector` (checked already), only those it matches."""
         from kdist.shared.labels import MANAGED_BY
 
+        wanted = ",".join(s for s in (f"{MANAGED_BY}=kdist", selector) if s.strip())
         items: list[dict[str, Any]] = []
         for kind in self.training_kinds():
-            items += self.list_objects(kind, namespace, label_selector=f"{MANAGED_BY}=kdist")
+            items += self.list_objects(kind, namespace, label_selector=wanted)
         return sorted(items, key=lambda j: (j["metadata"].get("namespace", ""),
                                             j["metadata"]["name"]))
 
@@ -281,129 +178,121 @@ class Cluster:
         return self.list_objects(kinds.POD, namespace, label_selector=selector)
 
     def read_log(self, pod: str, namespace: str, tail: int | None = None) -> list[str]:
-        """The main container's log lines (non-following)."""
+        """The main container's log lines (non-following): the last `tail` of them when
+        given, kept as they stream in (a server may send the whole log regardless)."""
         query: dict[str, Any] = {"container": "pytorch"}
         if tail is not None:
             query["tailLines"] = tail
         action = Action("get", "pods/log", namespace, pod)
+        path = kinds.POD.item(namespace, pod, "log")
+
+        def once() -> list[str]:
+            with self.exchange("GET", path, query, what=action) as (resp, _):
+                where = f"the API server at {self.server} answered GET {path}"
+                return bodies.last_lines(bodies.pieces(resp, where), tail, MAX_ANSWER_BYTES,
+                                         MAX_EVENT_BYTES,
+                                         f"the log of pod {pod} in namespace {namespace}")
+
         try:
-            resp = self.open("GET", kinds.POD.item(namespace, pod, "log"), query)
-            try:
-                return resp.read().decode("utf-8", "replace").splitlines()
-            finally:
-                resp.release_conn()
+            return self.retrying("GET", once)
         except HttpError as e:
             raise api_error(e, action, self.server) from None
-        except _transport_errors() as e:
-            raise self._unreachable(e) from None
+        except Unanswered as u:
+            raise u.error from None
 
     # -- delete ---------------------------------------------------------------------------
 
     def delete(self, name: str, namespace: str) -> list[str]:
         """Delete job `name` (foreground), its Service and pods (`sources.wait_gone` waits).
 
-        Returns what was deleted (`job.batch/x`, ...). Works on jobs created by
-        `kubectl apply` of the rendered manifests too (no ownerReference there):
-        their code ConfigMaps are found by label.
+        Returns what was deleted (`job.batch/x`, ...). Only kdist's objects go
+        (`labels.made_by_kdist`): a Job or PyTorchJob of that name that kdist did
+        not make is a UsageError before anything is deleted; a Service that is
+        not kdist's is left alone. Each delete carries the uid that was checked,
+        so an object put in its place meanwhile is not deleted either. Works on
+        jobs created by `kubectl apply` of the rendered manifests too (no
+        ownerReference there): their code ConfigMaps are found by label.
         """
         deleted = []
-        for kind in (*self.training_kinds(), kinds.SERVICE):
-            if kind is kinds.SERVICE and not self._is_kdist_object(kind, name, namespace):
-                continue
+        for kind, uid in self._kdists_objects(name, namespace):
             try:
-                self.delete_object(kind, name, namespace)
+                self.delete_object(kind, name, namespace, uid=uid)
                 deleted.append(f"{kind.ref}/{name}")
-            except (JobNotFound, OperatorMissing):
-                continue
+            except JobNotFound:
+                continue  # deleted meanwhile
         deleted += self._delete_unowned_configmaps(name, namespace)
         if not deleted:
             raise JobNotFound(f"no job {name} in namespace {namespace}")
         return deleted
 
+    def _kdists_objects(self, name: str, namespace: str) -> list[tuple[kinds.Kind, str | None]]:
+        """The training objects and the Service named `name` that are kdist's, with their
+        uids; UsageError when a training object of that name is not kdist's."""
+        found: list[tuple[kinds.Kind, str | None]] = []
+        for kind in (*self.training_kinds(), kinds.SERVICE):
+            try:
+                obj = self.get(kind, name, namespace)
+            except (JobNotFound, OperatorMissing):
+                continue
+            if owned.is_kdists(kind, obj, name, namespace):
+                found.append((kind, obj["metadata"].get("uid") or None))
+        return found
+
     def _delete_unowned_configmaps(self, name: str, namespace: str) -> list[str]:
         """The code ConfigMaps of job `name` that no object owns (applied with kubectl).
 
-        Owned ones go with their job (foreground: before it). Only kdist's label
-        selects them, so a user's own ConfigMaps are never touched.
+        Owned ones go with their job (foreground: before it). Only kdist's labels
+        select them, so a user's own ConfigMaps are never touched.
         """
-        from kdist.shared.labels import selector_string
+        from kdist.shared.labels import made_by_kdist, selector_string
 
         deleted = []
         for cm in self.list_objects(kinds.CONFIGMAP, namespace,
                                     label_selector=selector_string(name)):
             meta = cm["metadata"]
-            if meta.get("ownerReferences"):
+            if meta.get("ownerReferences") or not made_by_kdist(cm, name):
                 continue
             try:
-                self.delete_object(kinds.CONFIGMAP, meta["name"], namespace)
+                self.delete_object(kinds.CONFIGMAP, meta["name"], namespace,
+                                   uid=meta.get("uid") or None)
                 deleted.append(f"{kinds.CONFIGMAP.ref}/{meta['name']}")
             except JobNotFound:
                 continue  # deleted meanwhile
         return deleted
 
-    def _is_kdist_object(self, kind: kinds.Kind, name: str, namespace: str) -> bool:
-        from kdist.shared.labels import JOB_NAME
-
-        try:
-            obj = self.get(kind, name, namespace)
-        except JobNotFound:
-            return False
-        return (obj["metadata"].get("labels") or {}).get(JOB_NAME) == name
-
-    def delete_object(self, kind: kinds.Kind, name: str, namespace: str) -> None:
-        """Delete one named object, foreground (its dependents first)."""
+    def delete_object(self, kind: kinds.Kind, name: str, namespace: str, *,
+                      uid: str | None = None) -> None:
+        """Delete one named object, foreground (its dependents first); with `uid`, only if
+        the object of that name still is that one (else a 409, a ClusterError)."""
         self.request(Action("delete", kind.plural, namespace, name), "DELETE",
-                     kind.item(namespace, name), {"propagationPolicy": "Foreground"})
+                     kind.item(namespace, name), body=owned.delete_options(uid))
 
     def watch_lines(self, path: str, query: dict[str, Any], read_timeout: float,
                     action: Action) -> Iterator[str]:
         """The lines of a streamed answer (watch events, a followed log).
 
         HttpError 410 and 404 pass through for the caller to read; transport
-        failures and retryable statuses become `Transient`.
+        failures and retryable statuses become `Transient`. A watch's answer starts
+        at once (the API server sends its headers first) and ends by `timeoutSeconds`:
+        it gets the request timeout to start, then that long and a request timeout
+        more. A followed log's headers come with its first line (the kubelet's), so it
+        gets `read_timeout` to start, then no deadline but `read_timeout` for each read.
         """
+        ends = query.get("timeoutSeconds")
         try:
-            resp = self.open("GET", path, query, read_timeout=read_timeout)
+            with self.exchange("GET", path, query, read_timeout=read_timeout,
+                               deadline=None if ends else read_timeout,
+                               what=action) as (resp, dog):
+                dog.arm(float(ends) + self.request_timeout if ends else None)
+                where = f"the API server at {self.server} answered GET {path}"
+                for line in bodies.lines(bodies.pieces(resp, where), MAX_EVENT_BYTES, where):
+                    yield line.decode("utf-8", "replace")
         except HttpError as e:
             if e.status in (404, 410, 400) or e.status in RETRYABLE_STATUS:
                 raise
             raise api_error(e, action, self.server) from None
-        except _transport_errors() as e:
-            raise Transient(f"{self.server}: {e}") from None
-        try:
-            buf = b""
-            for chunk in resp.stream(amt=None, decode_content=True):
-                buf += chunk
-                *lines, buf = buf.split(b"\n")
-                if max(len(buf), *map(len, lines)) > MAX_EVENT_BYTES:  # no object is that big
-                    raise ClusterError(f"the API server at {self.server} sent a line of more "
-                                       f"than {MAX_EVENT_BYTES >> 20} MiB on {path}")
-                for line in lines:
-                    yield line.decode("utf-8", "replace")
-            if buf:
-                yield buf.decode("utf-8", "replace")
-        except _transport_errors() as e:
-            raise Transient(str(e)) from None
-        finally:
-            resp.release_conn()
+        except Unanswered as u:
+            raise Transient(str(u.error)) from None
 
 
 _SELECTOR_PARAMS = {"label_selector": "labelSelector", "field_selector": "fieldSelector"}
-
-
-def _owned_by(obj: dict[str, Any], owner: dict[str, Any]) -> dict[str, Any]:
-    """A copy of `obj` owned by `owner` (garbage-collected with it; foreground waits for it)."""
-    ref = {
-        "apiVersion": owner["apiVersion"], "kind": owner["kind"],
-        "name": owner["metadata"]["name"], "uid": owner["metadata"]["uid"],
-        "blockOwnerDeletion": True,
-    }
-    meta = dict(obj["metadata"], ownerReferences=[ref])
-    return dict(obj, metadata=meta)
-
-
-def _warning_text(value: str) -> str:
-    """An API server `Warning:` header (`299 - "text"`) as its text."""
-    code, _, rest = value.partition(" ")
-    _agent, _, text = rest.partition(" ")
-    return text.strip().strip('"') if code.isdigit() else value

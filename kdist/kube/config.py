@@ -2,12 +2,15 @@
 
 A kubeconfig is untrusted input like a spec: it is read as a regular file of
 bounded size, its YAML bounded in nodes and depth (an alias bomb is refused),
-and its context's namespace validated before anything is sent. Problems are
-``UsageError`` (exit 2).
+and its context's namespace validated before anything is sent. What it trusts and
+sends is checked as kubectl checks it (`kdist.kube.trust`: the CA, the client
+certificate, the token), and kdist, not the official client, picks the proxy
+(`kdist.kube.proxy`). Problems are ``UsageError`` (exit 2), naming the field.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import stat
@@ -17,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kdist.kube import execplugin
+from kdist.kube.errors import redacted
 from kdist.shared.errors import ClusterError, UsageError
 from kdist.shared.names import namespace_problem
 
@@ -114,17 +119,20 @@ class KubeConfig:
         return cls(path="(in-cluster)", in_cluster=True, namespace=namespace or None, _opts=opts)
 
     def configuration(self) -> Any:
-        """A `kubernetes.client.Configuration` for this context (server, TLS, credentials)."""
+        """A `kubernetes.client.Configuration` for this context (server, TLS, credentials,
+        proxy); UsageError for a kubeconfig kubectl would refuse, before anything is sent."""
         from kdist.kube.official import pieces
 
         configuration, config, _ = pieces()
         cfg = configuration()
-        user: dict[str, Any] = {}
+        picked = _Picked(self.path)
         try:
             if self.in_cluster:
                 config.load_incluster_config(client_configuration=cfg)
             else:
-                doc, user = _files_checked(self._doc or {}, self._opts.context, self.path)
+                doc, picked = _files_checked(self._doc or {}, self._opts.context, self.path)
+                picked.check_cluster()
+                execplugin.check(picked.user, lambda name: picked.named("users", name))
                 with _plugin_errors() as said:
                     config.load_kube_config_from_dict(
                         doc, context=self._opts.context, client_configuration=cfg,
@@ -134,16 +142,18 @@ class KubeConfig:
         except Exception as e:  # ConfigException, OSError, bad base64...
             raise UsageError(f"{self.path}: cannot use this kubeconfig: "
                              f"{' '.join(str(e).split())}") from None
-        if isinstance(user.get("exec"), dict) and not (
+        if isinstance(picked.user.get("exec"), dict) and not (
                 cfg.api_key.get("authorization") or cfg.api_key.get("BearerToken")
                 or cfg.cert_file):
             # The official loader logs a failed plugin and goes on without credentials.
-            command = user["exec"].get("command")
+            command = picked.user["exec"].get("command")
             why = " ".join(" ".join(said).split())[:500] or "it gave no token nor certificate"
             raise ClusterError(f"{self.path}: the credential plugin {command!r} failed: {why}")
         if not str(cfg.host or "").startswith(("https://", "http://")):
-            raise UsageError(f"{self.path}: the cluster's server {cfg.host!r} is not an "
-                             "http(s) URL")
+            raise UsageError(f"{self.path}: the cluster's server {redacted(str(cfg.host))!r} "
+                             "is not an http(s) URL")
+        picked.check_credentials(cfg, SA_DIR / "token" if self.in_cluster else None)
+        _set_proxy(cfg, picked)
         return cfg
 
 
@@ -209,35 +219,95 @@ def _anchored(doc: dict[str, Any], path: str) -> dict[str, Any]:
             value = inner.get(name)
             if isinstance(value, str) and value and not os.path.isabs(value):
                 inner[name] = os.path.join(base, value)
+    execplugin.anchor(doc, base)
     return doc
 
 
+@dataclass
+class _Picked:
+    """The context's cluster and user entries, named in messages as kubectl's paths are
+    (`clusters[NAME].cluster.FIELD`)."""
+
+    path: str
+    cluster_name: object = None
+    cluster: dict[str, Any] = field(default_factory=dict)
+    user_name: object = None
+    user: dict[str, Any] = field(default_factory=dict)  # as written (tokenFile not read)
+
+    def named(self, section: str, name: str) -> str:
+        entry = self.cluster_name if section == "clusters" else self.user_name
+        shown = entry if isinstance(entry, str) and entry.isprintable() and "]" not in entry \
+            else json.dumps(entry)
+        return f"{self.path}: {section}[{shown}].{section[:-1]}.{name}"
+
+    def check_cluster(self) -> None:
+        """A CA kubectl would refuse, or a proxy-url kdist cannot use: before any plugin runs
+        or anything is sent."""
+        from kdist.kube import proxy, trust
+
+        trust.check_cluster(self.cluster, lambda name: self.named("clusters", name))
+        url = self.cluster.get("proxy-url")
+        if url is not None and url != "":
+            proxy.choose("", url, self.named("clusters", "proxy-url"), {})
+
+    def check_credentials(self, cfg: Any, token_file: Path | None) -> None:
+        """The token an HTTP header can carry, the client certificate a pair that loads;
+        messages name the field, never the token."""
+        from kdist.kube import trust
+
+        token = cfg.api_key.get("BearerToken") or cfg.api_key.get("authorization") or ""
+        trust.check_token(token, str(token_file or self._token_field()))
+        client = "client-certificate" if any(
+            self.user.get(k) for k in ("client-certificate", "client-certificate-data")) \
+            else "exec"
+        trust.check_client_pair(cfg.cert_file, cfg.key_file, self.named("users", client))
+
+    def _token_field(self) -> str:
+        """Where the token came from, in the loader's order of preference."""
+        for name in ("auth-provider", "token", "tokenFile", "exec"):
+            if self.user.get(name):
+                file = f" {self.user[name]}" if name == "tokenFile" else ""
+                return self.named("users", name) + file
+        return self.named("users", "token")
+
+
+def _set_proxy(cfg: Any, picked: _Picked) -> None:
+    """kdist's choice of proxy (kdist.kube.proxy), not the official client's own."""
+    from kdist.kube import proxy
+
+    chosen = proxy.choose(str(cfg.host), picked.cluster.get("proxy-url"),
+                          picked.named("clusters", "proxy-url"), os.environ)
+    cfg.proxy = chosen.url if chosen else None
+    cfg.no_proxy = None
+    cfg.proxy_headers = chosen.headers() if chosen else None
+
+
 def _files_checked(doc: dict[str, Any], context: str | None,
-                   path: str) -> tuple[dict[str, Any], dict[str, Any]]:
+                   path: str) -> tuple[dict[str, Any], _Picked]:
     """The kubeconfig with the chosen user's tokenFile read (bounded, a regular file only)
-    as its token, and that user's entry; UsageError for a file field that names a FIFO, a
+    as its token, and the chosen entries; UsageError for a file field that names a FIFO, a
     device or a directory (the official loader would block on it, or send no token)."""
     name = context or doc.get("current-context")
     ctx = next((e.get("context") for e in doc.get("contexts") or []
                 if isinstance(e, dict) and e.get("name") == name), None) or {}
-    picked = {"clusters": ctx.get("cluster"), "users": ctx.get("user")} \
+    chosen = {"clusters": ctx.get("cluster"), "users": ctx.get("user")} \
         if isinstance(ctx, dict) else {}
-    user: dict[str, Any] = {}
-    for section, key, field_name in _FILE_FIELDS:
+    picked = _Picked(path, chosen.get("clusters"), {}, chosen.get("users"), {})
+    for section, key in (("clusters", "cluster"), ("users", "user")):
         for entry in doc.get(section) or []:
             inner = entry.get(key) if isinstance(entry, dict) else None
-            if not isinstance(inner, dict) or entry.get("name") != picked.get(section):
-                continue
-            if section == "users":
-                user = inner
-            value = inner.get(field_name)
-            if isinstance(value, str) and value:
-                _check_file(value, f"{path}: {section[:-1]} {entry.get('name')!r}: {field_name}")
+            if isinstance(inner, dict) and entry.get("name") == chosen.get(section):
+                setattr(picked, key, inner)
+    for section, key, field_name in _FILE_FIELDS:
+        value = getattr(picked, key).get(field_name)
+        if isinstance(value, str) and value:
+            _check_file(value, f"{path}: {key} {chosen.get(section)!r}: {field_name}")
+    user = picked.user
     token_file = user.get("tokenFile")
     if isinstance(token_file, str) and token_file and "token" not in user:
         from kdist.spec.load import read_bounded
 
-        where = f"{path}: user tokenFile {token_file}"
+        where = f"{picked.named('users', 'tokenFile')} {token_file}"
         try:
             data = read_bounded(token_file, MAX_TOKEN_BYTES)
         except (OSError, ValueError) as e:
@@ -249,8 +319,8 @@ def _files_checked(doc: dict[str, Any], context: str | None,
         except UnicodeDecodeError:
             raise UsageError(f"{where}: not UTF-8 text") from None
         user = {k: v for k, v in user.items() if k != "tokenFile"} | {"token": token}
-        doc = _with_user(doc, str(picked["users"]), user)
-    return doc, user
+        doc = _with_user(doc, str(chosen["users"]), user)
+    return doc, picked
 
 
 def _check_file(value: str, where: str) -> None:

@@ -7,12 +7,20 @@ reconnect), never shown to a user; everything else is a ``KdistError``.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from kdist.shared.errors import ClusterError, JobNotFound, KdistError, OperatorMissing
 
 RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
+# scheme://user:password@ (or a bare user:password@ before a host): the part never printed.
+_USERINFO = re.compile(r"^((?:[A-Za-z][A-Za-z0-9+.-]*:)?//)?[^/?#]*@")
+
+
+def redacted(url: str) -> str:
+    """`url` as kdist prints it: a server's or proxy's user:password replaced by ***."""
+    return _USERINFO.sub(lambda m: f"{m.group(1) or ''}***@", url, count=1)
 
 
 class Gone(Exception):
@@ -21,6 +29,27 @@ class Gone(Exception):
 
 class Transient(Exception):
     """A dropped connection, a timeout, a 5xx/429: reconnect after a backoff."""
+
+
+class Unanswered(Exception):
+    """A request without a whole answer: refused, reset, or cut at its deadline. `error`
+    is what the user is told; `sent`, whether the request may have reached the server."""
+
+    def __init__(self, error: ClusterError, sent: bool) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.sent = sent
+
+
+class MaybeDone(ClusterError):
+    """A create whose outcome is unknown: answered 5xx, or unanswered once sent. The
+    server may have stored it. `found` is what a look afterwards found that this
+    submission made (an `owned.Made`), `unknown` why no look could tell."""
+
+    def __init__(self, message: str, found: Any = None, unknown: str | None = None) -> None:
+        super().__init__(message)
+        self.found = found
+        self.unknown = unknown
 
 
 class PartlyUndone(ClusterError):
@@ -41,14 +70,21 @@ class Action:
     namespace: str | None = None
     name: str = ""
 
+    def __str__(self) -> str:
+        where = f" in namespace {self.namespace}" if self.namespace else ""
+        return f"{self.verb} {self.resource}{f' {self.name}' if self.name else ''}{where}"
+
 
 @dataclass(frozen=True)
 class HttpError(Exception):
-    """A non-2xx answer: its status, reason and body (a Kubernetes Status, or not)."""
+    """A non-2xx answer: its status, reason and body (a Kubernetes Status, or not), its
+    Retry-After header, and how many times it was retried (`kdist.kube.throttle`)."""
 
     status: int
     reason: str
     body: bytes = b""
+    retry_after: str | None = None
+    tries: int = 0
 
     def status_object(self) -> dict[str, Any]:
         try:
@@ -58,7 +94,48 @@ class HttpError(Exception):
         return body if isinstance(body, dict) and body.get("kind") == "Status" else {}
 
 
-def not_the_api(server: str, what: str, content_type: str, body: bytes) -> ClusterError:
+def timed_out(server: str, what: object, request_timeout: float) -> ClusterError:
+    """A request that outlived its deadline (`kdist.kube.deadline`), `what` it was."""
+    return ClusterError(
+        f"the API server at {server} did not answer {f'{what} ' if what else ''}within "
+        f"{request_timeout:g}s (set --request-timeout or $KDIST_REQUEST_TIMEOUT for a slow "
+        "server)")
+
+
+def unreachable(e: BaseException, server: str, request_timeout: float,
+                what: object = "") -> ClusterError:
+    """A transport failure (urllib3's or the OS's) as the message the user sees."""
+    import urllib3
+
+    exc = urllib3.exceptions
+    # NewConnectionError (refused, no such host) is a TimeoutError subclass in urllib3 2.
+    timeout = isinstance(e, (exc.TimeoutError, TimeoutError)) and not isinstance(
+        e, exc.NewConnectionError)
+    if timeout or "timed out" in str(e).lower():
+        return timed_out(server, what, request_timeout)
+    if isinstance(e, exc.ProxyError):
+        reason: object = f"the proxy: {e.original_error}"
+    else:
+        reason = getattr(e, "reason", None) or e
+        if what and not unsent(e):  # it reached the server: the answer broke off
+            return ClusterError(f"the API server at {server} did not answer {what}: "
+                                f"{' '.join(str(reason).split())}")
+    return ClusterError(f"cluster unreachable at {server}: {' '.join(str(reason).split())}")
+
+
+def unsent(e: BaseException) -> bool:
+    """Whether a transport failure happened before the request left (no connection was
+    made): anything else may have reached the server."""
+    import urllib3
+
+    exc = urllib3.exceptions
+    cause = getattr(e, "original_error", None) or getattr(e, "reason", None)
+    return any(isinstance(x, (exc.NewConnectionError, exc.ConnectTimeoutError))
+               for x in (e, cause))
+
+
+def not_the_api(server: str, what: str, content_type: str,
+                body: bytes | bytearray) -> ClusterError:
     """The server answered, but not as a Kubernetes API server does (HTML, a proxy page)."""
     sample = " ".join(body[:80].decode("utf-8", "replace").split())
     return ClusterError(f"{server} did not answer as a Kubernetes API server ({what}: "
@@ -74,6 +151,8 @@ def api_error(e: HttpError, action: Action, server: str) -> KdistError:
     status = e.status_object()
     body_text = " ".join(e.body[:200].decode("utf-8", "replace").split())
     message = status.get("message") or body_text or e.reason
+    if not status:  # not the API server's words, maybe a proxy's: say where they came from
+        message = f"{message[:150]} (from {server})"
     details = status.get("details") or {}
     if e.status == 409 and action.verb == "create":
         other = "" if action.resource in ("jobs", KF_PLURAL) else \
@@ -81,6 +160,10 @@ def api_error(e: HttpError, action: Action, server: str) -> KdistError:
         return ClusterError(
             f"job {action.name} already exists {where}{other}: use --replace or "
             f"`kdist delete {action.name}`")
+    if e.status == 409 and action.verb == "delete":  # a uid precondition failed
+        return ClusterError(
+            f"{action.resource} {action.name} {where} is no longer the object kdist checked "
+            "or created (another of that name took its place): not deleted")
     if e.status == 403:
         return ClusterError(f"forbidden: {action.verb} {action.resource} {where}: {message}")
     if e.status == 401:
@@ -99,4 +182,14 @@ def api_error(e: HttpError, action: Action, server: str) -> KdistError:
                             + ("; ".join(causes) or message))
     return ClusterError(
         f"{action.verb} {action.resource} {action.name} {where}: {e.status} "
-        f"{status.get('reason') or e.reason}: {message}".replace("  ", " "))
+        f"{status.get('reason') or e.reason}: {message}".replace("  ", " ") + _asked(e))
+
+
+def _asked(e: HttpError) -> str:
+    """What a 429 or 5xx said about trying again, and what kdist did about it."""
+    if e.tries:
+        return f" (still, after {e.tries} retries as the server asked)"
+    if e.retry_after and e.status == 429:
+        return (f" (the server asks to retry after {' '.join(e.retry_after.split())[:40]}s: "
+                "longer than kdist waits, or not a count of seconds; try again later)")
+    return ""

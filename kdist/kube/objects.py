@@ -15,6 +15,7 @@ from typing import Any
 from kdist.shared import labels as L
 from kdist.shared.errors import ClusterError
 from kdist.shared.limits import MAX_NODES
+from kdist.shared.terminal import escape
 
 SUCCEEDED, FAILED, DELETED = "Succeeded", "Failed", "Deleted"
 
@@ -182,10 +183,10 @@ def workload_state(workload: dict[str, Any]) -> tuple[str, str]:
     status = workload.get("status") or {}
     conditions = {c.get("type"): c for c in status.get("conditions") or []}
     if (conditions.get("Admitted") or {}).get("status") == "True":
-        queue = (status.get("admission") or {}).get("clusterQueue", "")
+        queue = escape((status.get("admission") or {}).get("clusterQueue", ""))
         return "admitted", f"admitted by ClusterQueue {queue}".strip()
     reserved = conditions.get("QuotaReserved") or {}
-    message = " ".join(str(reserved.get("message") or "").split())
+    message = escape(" ".join(str(reserved.get("message") or "").split()))
     if "maximum capacity" in message:
         return "never-fits", message
     return "queued", message or "waiting for admission"
@@ -282,7 +283,8 @@ def pod_view(pod: dict[str, Any]) -> PodView:
     phase = status.get("phase") or "Pending"
     reason = status.get("reason") or ""
     cs = main_container(status.get("containerStatuses") or [])
-    state = (cs or {}).get("state") or {}
+    # A null member is not set (the answer's shape is checked in `kdist.kube.answers`).
+    state = {k: v for k, v in ((cs or {}).get("state") or {}).items() if v is not None}
     exit_code = finished = None
     said = ""
     if "waiting" in state:
@@ -304,13 +306,15 @@ def pod_view(pod: dict[str, Any]) -> PodView:
                 reason = c.get("reason") or reason
     if meta.get("deletionTimestamp") and phase not in (SUCCEEDED, FAILED):
         phase = "Terminating"
+    # The words shown to the user are escaped here, as read (kdist.shared.terminal);
+    # the pod's name is not: it names the pod in requests (escaped where it is shown).
     return PodView(
         uid=meta.get("uid") or meta.get("name", ""), name=meta.get("name", ""),
-        rank=pod_rank(pod), created=meta.get("creationTimestamp") or "", phase=phase,
-        reason=reason, node=(pod.get("spec") or {}).get("nodeName") or "",
+        rank=pod_rank(pod), created=meta.get("creationTimestamp") or "", phase=escape(phase),
+        reason=escape(reason), node=escape((pod.get("spec") or {}).get("nodeName") or ""),
         restarts=count((cs or {}).get("restartCount")),
         earlier_pods=sum(count(annotations.get(k)) for k in L.INDEX_FAILURES), exit_code=exit_code,
-        finished_at=finished, said=said, running="running" in state,
+        finished_at=finished, said=escape(said), running="running" in state,
         started="running" in state or "terminated" in state,
     )
 

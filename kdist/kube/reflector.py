@@ -12,6 +12,7 @@ can block forever on a dead connection (docs/DESIGN.md, "Facts that bite").
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import queue
 import threading
@@ -24,6 +25,7 @@ from kdist.kube.errors import Gone, Transient
 from kdist.kube.objects import parse_time
 from kdist.kube.tracker import Tracker
 from kdist.shared.errors import ClusterError
+from kdist.shared.terminal import escape
 
 # A watch or log stream that ends this fast with nothing in it counts as a failure
 # (backoff), so a server or proxy that keeps closing at once is not hammered.
@@ -40,9 +42,9 @@ class Source(Protocol):
     def watch(self, resource_version: str) -> Iterator[dict[str, Any]]: ...
 
 
-@dataclass
+@dataclass(frozen=True)
 class Backoff:
-    """Bounded exponential backoff: `attempts` tries, then give up.
+    """Bounded exponential backoff: `attempts` failures in a row, then give up.
 
     With `give_up_after`, also give up once failures have gone on that long
     (at least two of them): a wait that should be short fails within about
@@ -58,68 +60,100 @@ class Backoff:
         return min(self.cap, self.first * 2 ** (failure - 1))
 
 
+#: The watches' backoff: pauses of 0.5, 1, 2, 4, 8, 15, 15 s, so a server that fails every
+#: watch sees about ten requests in the first 10 s and an answer (give up) after about 45 s.
+WATCH_BACKOFF = Backoff()
+
+
 class Reflector:
     """List, then watch from the list's resourceVersion, forever, robustly.
 
     Emits ("relist", items) after every list and (type, object) for each
-    event; BOOKMARKs only advance the resourceVersion. A 410 relists; a
-    transient failure reconnects from the last resourceVersion after a
-    backoff, and `backoff.attempts` failures in a row end it with a
-    ClusterError. Progress (any event) resets the failure count.
+    ADDED/MODIFIED/DELETED event; BOOKMARKs only advance the resourceVersion.
+    A 410 relists; a transient failure reconnects from the last
+    resourceVersion. Each failure waits the backoff's pause first, and
+    `backoff.attempts` failures in a row end it with a ClusterError.
+
+    A failure is anything that is not news: a 410 (answer or ERROR event),
+    a transient error (answer, ERROR event, cut), and a watch that ends at
+    once with nothing but BOOKMARKs. Only a real event, or a watch that stayed
+    open a while, resets the count. A successful list does not: a server
+    that answers every watch with 410 lists fine every time.
     """
 
     def __init__(self, source: Source, emit: Callable[[str, Any], None],
                  stop: threading.Event, backoff: Backoff | None = None) -> None:
         self.source, self.emit, self.stop = source, emit, stop
-        self.backoff = backoff or Backoff()
+        self.backoff = backoff or WATCH_BACKOFF
         self.resource_version: str | None = None
         self.relists = 0
+        self._failures, self._failing_since = 0, 0.0
 
     def run(self) -> None:
-        failures, failing_since = 0, 0.0
         while not self.stop.is_set():
             try:
                 if self.resource_version is None:
-                    items, self.resource_version = self.source.list()
-                    self.relists += 1
-                    self.emit("relist", items)
+                    self._list()
                     if self.stop.is_set():
                         return
-                started, events = time.monotonic(), 0
-                for event in self.source.watch(self.resource_version):
-                    failures, events = 0, events + 1
-                    self._event(event)
-                    if self.stop.is_set():
-                        return
-                if not events and time.monotonic() - started < QUICK_END:
-                    raise Transient("the watch ended at once, without an event")
+                self._watch()
             except Gone:
                 self.resource_version = None
+                self._failed("410 Gone: the resourceVersion to watch from had expired")
             except Transient as e:
-                failures += 1
-                now = time.monotonic()
-                failing_since = now if failures == 1 else failing_since
-                limit = self.backoff.give_up_after
-                if failures >= self.backoff.attempts or (
-                        limit is not None and failures >= 2 and now - failing_since > limit):
-                    raise ClusterError(
-                        f"lost the watch on {self.source.what} after {failures} attempts: {e}"
-                    ) from None
-                self.stop.wait(self.backoff.delay(failures))
+                self._failed(str(e))
 
-    def _event(self, event: dict[str, Any]) -> None:
+    def _list(self) -> None:
+        items, self.resource_version = self.source.list()
+        self.relists += 1
+        self.emit("relist", items)
+
+    def _watch(self) -> None:
+        """One watch request, to its end; Transient when it ended at once with no news."""
+        started, news = time.monotonic(), 0
+        for event in self.source.watch(self.resource_version or ""):
+            if self._event(event):
+                news += 1
+                self._failures = 0
+            if self.stop.is_set():
+                return
+        if time.monotonic() - started >= QUICK_END:
+            self._failures = 0  # a watch that stayed open is a working one, news or not
+        elif not news:
+            raise Transient("the watch ended at once, without an event")
+
+    def _failed(self, why: str) -> None:
+        """Count one failure; pause before the next try, or give up once too many."""
+        if self.stop.is_set():
+            return  # stopped meanwhile: whatever failed no longer matters
+        self._failures += 1
+        now = time.monotonic()
+        if self._failures == 1:
+            self._failing_since = now
+        failures, limit = self._failures, self.backoff.give_up_after
+        if failures >= self.backoff.attempts or (
+                limit is not None and failures >= 2 and now - self._failing_since > limit):
+            raise ClusterError(f"lost the watch on {self.source.what} after {failures} "
+                               f"attempts in a row: {why}")
+        self.stop.wait(self.backoff.delay(failures))
+
+    def _event(self, event: dict[str, Any]) -> bool:
+        """Apply one event; whether it was news (ADDED, MODIFIED, DELETED)."""
         kind, obj = event.get("type"), event.get("object") or {}
         if kind == "ERROR":
-            if obj.get("code") == 410:
+            code = obj.get("code")
+            if code == 410:
                 raise Gone()
-            if obj.get("code") in (429, 500, 503, 504):
-                raise Transient(obj.get("message", ""))
+            if code in (429, 500, 503, 504):
+                raise Transient(f"the API server sent ERROR {code}: {obj.get('message', '')}")
             raise ClusterError(f"watch on {self.source.what}: {obj.get('message', obj)}")
         rv = (obj.get("metadata") or {}).get("resourceVersion")
         if rv:
             self.resource_version = rv
-        if kind is not None and kind != "BOOKMARK":
-            self.emit(kind, obj)
+        if kind not in ("ADDED", "MODIFIED", "DELETED"):
+            return False
+        self.emit(kind, obj)
+        return True
 
 
 def wait_empty(source: Source, timeout: float, give_up_after: float | None = None) -> None:
@@ -143,7 +177,8 @@ def wait_empty(source: Source, timeout: float, give_up_after: float | None = Non
 
     def run() -> None:
         try:
-            Reflector(source, emit, stop, Backoff(give_up_after=give_up_after)).run()
+            backoff = dataclasses.replace(WATCH_BACKOFF, give_up_after=give_up_after)
+            Reflector(source, emit, stop, backoff).run()
         except BaseException as e:  # handed to the waiting thread
             errors.append(e)
             stop.set()
@@ -339,7 +374,9 @@ class Session:
             if self.ranks is None or rank in self.ranks:
                 yield "log", (rank, payload[1])
         for w in warnings:
-            yield "warning", w
+            # Made of the cluster's words (messages, reasons, names): shown, never obeyed,
+            # one line each (kdist.shared.terminal), whoever the observer is.
+            yield "warning", escape(w)
         yield "update", None
 
     def _start_log_followers(self) -> None:

@@ -6,10 +6,10 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from kdist.kube import kinds
+from kdist.kube import answers, kinds
 from kdist.kube.client import LOG_READ_TIMEOUT, WATCH_SECONDS, Cluster
 from kdist.kube.errors import Action, Gone, HttpError, Transient, api_error
-from kdist.kube.objects import pod_selector
+from kdist.kube.objects import count, pod_selector
 from kdist.kube.reflector import Sources
 from kdist.shared.errors import JobNotFound
 
@@ -32,8 +32,13 @@ class ApiSource:
     def list(self) -> tuple[list[dict[str, Any]], str]:
         body = self.cluster.request(Action("list", self.kind.plural, self.namespace), "GET",
                                     self.path, self.query, transient=True)
-        items = [dict(i, kind=self.kind.kind) for i in body.get("items") or []]
-        return items, (body.get("metadata") or {}).get("resourceVersion", "")
+        items = answers.listed(body, self.kind, f"the list of {self.what}")
+        meta = body.get("metadata")
+        rv = (meta.get("resourceVersion") if isinstance(meta, dict) else None) or ""
+        if not isinstance(rv, str):  # it goes into the watch's URL
+            raise answers.refused(f"the list of {self.what}",
+                                  f"metadata.resourceVersion is {rv!r}, not a string")
+        return items, rv
 
     def watch(self, resource_version: str) -> Iterator[dict[str, Any]]:
         """Events from `resource_version` on, for at most WATCH_SECONDS (then it ends)."""
@@ -48,10 +53,7 @@ class ApiSource:
                     event = json.loads(line)
                 except ValueError as e:  # a cut mid-event
                     raise Transient(f"malformed watch event: {e}") from None
-                obj = event.get("object")
-                if isinstance(obj, dict) and "kind" not in obj:
-                    obj["kind"] = self.kind.kind
-                yield event
+                yield answers.event(event, self.kind, f"a watch event on {self.what}")
         except HttpError as e:
             if e.status == 410:
                 raise Gone() from None
@@ -98,7 +100,8 @@ class PodLogs:
             return None
         for cs in (obj.get("status") or {}).get("containerStatuses") or []:
             if cs.get("name") == "pytorch":
-                return "running" in (cs.get("state") or {}), int(cs.get("restartCount") or 0)
+                running = (cs.get("state") or {}).get("running") is not None
+                return running, count(cs.get("restartCount"))
         return None
 
 

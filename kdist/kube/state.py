@@ -10,6 +10,7 @@ from typing import Any
 
 from kdist.kube.objects import DELETED, job_pod_templates
 from kdist.shared import exitcodes
+from kdist.shared.terminal import escape
 
 
 @dataclass
@@ -68,6 +69,9 @@ class JobState:
     queue_message: str = ""
     code: str = ""  # sha256 of the shipped workdir (spec.workdir), "" when none was
     max_restarts: int | None = None  # spec.distributed.maxRestarts (from the pods' env)
+    # spec.procsPerNode (from the pods' env; the spec's default until the job says);
+    # None for "auto" (one process per GPU: not known here).
+    procs_per_node: int | None = 1
     ranks: dict[int, RankState] = field(default_factory=dict)
     failures: list[Failure] = field(default_factory=list)
 
@@ -87,6 +91,19 @@ class JobState:
             self.ranks[r] = RankState(r)
         return self.ranks[r]
 
+    @property
+    def unit(self) -> str:
+        """What one of `ranks` (a pod, by its index) is called: "rank" only when it runs one
+        process, so that its index is torch's RANK; else "node" (it holds several ranks)."""
+        return "rank" if self.procs_per_node == 1 else "node"
+
+    def ranks_of(self, node: int) -> str:
+        """The torch ranks pod `node` holds ("2-3"); "?" when procsPerNode is unknown."""
+        ppn = self.procs_per_node
+        if ppn is None:
+            return "?"
+        return str(node) if ppn == 1 else f"{node * ppn}-{node * ppn + ppn - 1}"
+
     def rank_phase(self, r: RankState) -> str:
         """A rank's phase for display: "Gone" once the job is over and its pod deleted."""
         return "Gone" if self.outcome and not r.pod else r.phase
@@ -100,14 +117,22 @@ class JobState:
                    key=lambda f: (exitcodes.severity(f.exit_code), f.finished_at, f.rank))
 
     def failure_line(self) -> str:
-        """One line naming why the job failed: the rank and its exit code when known."""
+        """One line naming why the job failed: the rank and its exit code when known.
+
+        Escaped whole (kdist.shared.terminal): names and words from the cluster in it
+        are shown, never obeyed, and cannot break it into two lines.
+        """
+        return escape(self._failure_words())
+
+    def _failure_words(self) -> str:
         bad = self.first_failure()
         what = f"job {self.name} failed"
         if self.outcome == DELETED:
             return f"job {self.name} was deleted before it finished"
         if bad is not None:
             why = f" ({bad.reason})" if bad.reason and bad.reason != "Error" else ""
-            what += f": rank {bad.rank} (pod {bad.pod}) exited with code {bad.exit_code}{why}"
+            what += (f": {self.unit} {bad.rank} (pod {bad.pod}) exited with code "
+                     f"{bad.exit_code}{why}")
             if bad.said:
                 what += f": {bad.said}"
         if self.reason:
@@ -131,6 +156,7 @@ class JobState:
             "queue": ({"localQueue": self.queue_name, "status": self.queue_status,
                        "message": self.queue_message} if self.queue_status else None),
             "code": self.code or None, "maxRestarts": self.max_restarts,
+            "procsPerNode": self.procs_per_node,
             "ranks": [dict(self.ranks[r].to_dict(), phase=self.rank_phase(self.ranks[r]))
                       for r in sorted(self.ranks)],
             "failures": [f.__dict__ for f in sorted(self.failures, key=lambda f: f.finished_at)],

@@ -30,6 +30,7 @@ from kdist.kube.objects import (
 from kdist.kube.state import Failure, JobState, RankState, template_env
 from kdist.shared import env as E
 from kdist.shared import exitcodes
+from kdist.shared.terminal import escape
 
 __all__ = ["Failure", "JobState", "RankState", "Tracker"]
 MAX_HISTORY = 500
@@ -68,7 +69,7 @@ class Tracker:
         """Kueue's Workload of this job: queued (and why), admitted, or never fitting."""
         s = self.state
         verdict, message = workload_state(workload)
-        queue = (workload.get("spec") or {}).get("queueName") or s.queue_name or "?"
+        queue = escape((workload.get("spec") or {}).get("queueName") or s.queue_name or "?")
         s.queue_name, s.queue_status, s.queue_message = queue, verdict, message
         if verdict == "admitted":
             return self._warn(("queue", verdict), f"job {s.name} {message}")
@@ -97,14 +98,19 @@ class Tracker:
         s.code = template_env(obj, E.CODE_SHA256)
         m = template_env(obj, E.MAX_RESTARTS)
         s.max_restarts = count(m) if m.isascii() and m.isdigit() else None
+        # "auto" (one per GPU) is unknown here; not said at all: the spec's default, 1.
+        p = template_env(obj, E.NPROC_PER_NODE) or "1"
+        s.procs_per_node = (count(p) or None) if p.isascii() and p.isdigit() else None
         s.created = meta.get("creationTimestamp") or s.created
         for r in range(s.nodes or 0):
             s.rank(r)
         done = terminal_condition(obj)
         if done is not None and s.outcome is None:
             s.outcome, cond = done
-            s.reason = cond.get("reason") or cond.get("type", "")
-            s.message = cond.get("message", "")
+            # The condition's words, escaped as read (kdist.shared.terminal): they reach
+            # the user's terminal in tables, failure lines and exceptions.
+            s.reason = escape(cond.get("reason") or cond.get("type", ""))
+            s.message = escape(cond.get("message", ""))
             s.finished = cond.get("lastTransitionTime") or (obj.get("status") or {}).get(
                 "completionTime")
         return []
@@ -183,7 +189,7 @@ class Tracker:
 
     def _pod_warnings(self, pod: dict[str, Any], v: PodView, old: PodView | None) -> list[str]:
         status = pod.get("status") or {}
-        who = f"rank {v.rank} (pod {v.name})"
+        who = f"{self.state.unit} {v.rank} (pod {v.name})"
         out: list[str] = []
         conditions = {c.get("type"): c for c in status.get("conditions") or []
                       if c.get("status") in ("True", "False")}

@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_LIMIT", "FIELD", "Packed", "WorkdirError", "pack", "pack_workdir"]
 
 FIELD = "spec.workdir"
-#: The compressed-size cap (README: "about 10 MiB").
+#: The compressed-size cap (docs/user-guide.md: "at most 10 MiB compressed").
 DEFAULT_LIMIT = 10 * 2**20
 #: A fixed mtime, not 0: zip-based tools (wheel building, zipfile) refuse dates before 1980.
 MTIME = 946_684_800  # 2000-01-01T00:00:00Z

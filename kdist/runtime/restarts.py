@@ -3,7 +3,7 @@
 
 kdist restarts the whole gang (new pods, new launchers), so torch's agent,
 which only counts restarts it makes itself, always says 0. The count comes
-from whoever made the new gang (README, "Bring your own script"):
+from whoever made the new gang (docs/byo-script.md):
 
 - ``kdist run --local``: the runner knows the attempt and says so
   (``KDIST_RESTART_COUNT``).

@@ -4,8 +4,7 @@ kdist's launcher applies ``prepare`` to each worker's environment and starts the
 worker's own command (``worker_argv``) directly, its output into its pipe. For any
 other launcher (torch's elastic agent, a shell), ``python -m kdist.runtime.worker_exec
 CMD [ARG...]`` does the same and ``exec``s CMD (same pid). Either way every worker,
-whatever it runs, gets what kdist promises an unchanged script (README, "Bring your
-own script"):
+whatever it runs, gets what kdist promises an unchanged script (docs/byo-script.md):
 
 - torchrun's restart variables, right after a whole-job restart:
   ``TORCHELASTIC_RESTART_COUNT`` = ``KDIST_RESTART_COUNT`` and

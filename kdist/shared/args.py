@@ -2,7 +2,7 @@
 
 Standard library only. A flag (`--timeout`) and a keyword (`timeout=`) that
 mean the same thing are refused for the same reasons with the same words, so
-the README's bad-input guarantee holds for both.
+the bad-input guarantee (docs/security.md) holds for both.
 """
 
 from __future__ import annotations

@@ -62,6 +62,15 @@ LAUNCHER_OWNED = frozenset({
     "MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "JOB_COMPLETION_INDEX",
 })
 LAUNCHER_OWNED_PREFIXES = (PREFIX, "PET_", "TORCHELASTIC_")
+#: The one kdist variable a local run's nodes take from the shell: the fault drills' hook
+#: (tests set it around `kdist run --local`), read only by kdist's own workloads.
+LOCAL_PASSTHROUGH = frozenset({FAULT_KILL_AT})
+
+
+def contract_owned(name: str) -> bool:
+    """Whether the contract (kdist, the launcher) owns variable `name`: a spec may not set
+    it, and a local run's nodes do not inherit it from the shell."""
+    return name in LAUNCHER_OWNED or name.startswith(LAUNCHER_OWNED_PREFIXES)
 
 
 def reserved_by_prefix(prefix: str) -> str | None:

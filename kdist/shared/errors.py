@@ -7,11 +7,28 @@ codes"): 1 the job failed, 2 bad input, 3 cluster or API error.
 
 from __future__ import annotations
 
+from kdist.shared.terminal import escape, escape_lines
+
 
 class KdistError(Exception):
-    """Base of kdist's expected errors: printed as one line, never a traceback."""
+    """Base of kdist's expected errors: printed as one line, never a traceback.
+
+    The message's control characters are escaped (``kdist.shared.terminal``) as the
+    error is made, wherever its words came from (an API server's answer, a pod's
+    termination message): a traceback in a user's terminal shows them too. A
+    message of several lines by design keeps its newlines.
+    """
 
     exit_code = 3
+
+    def __init__(self, *args: object) -> None:
+        if args and isinstance(args[0], str):
+            args = (self._escaped(args[0]), *args[1:])
+        super().__init__(*args)
+
+    @staticmethod
+    def _escaped(message: str) -> str:
+        return escape_lines(message)
 
 
 class SpecError(KdistError):
@@ -20,8 +37,8 @@ class SpecError(KdistError):
     exit_code = 2
 
     def __init__(self, problems: list[str]):
-        # One line each, whatever the parser's message looked like.
-        self.problems = [" ".join(str(p).split()) for p in problems]
+        # One line each, whatever the parser's message looked like, nothing a terminal obeys.
+        self.problems = [escape(" ".join(str(p).split())) for p in problems]
         super().__init__("\n".join(self.problems))
 
 
@@ -42,9 +59,14 @@ class JobNotFound(KdistError):
 
 
 class ClusterError(KdistError):
-    """The cluster or its API refused or failed something."""
+    """The cluster or its API refused or failed something: one line, whatever the server
+    put in it (a newline in its message is shown as ``^J``)."""
 
     exit_code = 3
+
+    @staticmethod
+    def _escaped(message: str) -> str:
+        return escape(message)
 
 
 class OperatorMissing(ClusterError):

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 DOMAIN = "kdist.dev"
 JOB_NAME = f"{DOMAIN}/job-name"
 BACKEND = f"{DOMAIN}/backend"
@@ -16,6 +19,9 @@ KUEUE_JOB_UID = "kueue.x-k8s.io/job-uid"
 CODE_SHA256 = f"{DOMAIN}/code-sha256"
 CODE_PART = f"{DOMAIN}/code-part"
 CODE_PARTS = f"{DOMAIN}/code-parts"
+#: On every object a submission creates: a token of that submission alone, by which it
+#: knows what it made when a create's answer never came (``kdist.kube.creating``).
+SUBMISSION = f"{DOMAIN}/submission"
 
 # Where the rank of a pod can be read, per backend.
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
@@ -47,3 +53,16 @@ def selector(name: str) -> dict[str, str]:
 
 def selector_string(name: str) -> str:
     return ",".join(f"{k}={v}" for k, v in selector(name).items())
+
+
+def made_by_kdist(obj: Mapping[str, Any], job_name: str) -> bool:
+    """Whether `obj` is kdist's, of job `job_name`: labelled managed-by kdist (what
+    `kdist list` shows) and with that job's name. The one rule for every kind kdist
+    deletes; a user's own object of the same name has neither label."""
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    return labels.get(MANAGED_BY) == "kdist" and labels.get(JOB_NAME) == job_name
+
+
+def kdist_labels_text(job_name: str) -> str:
+    """The labels `made_by_kdist` asks for, as a selector a message can show."""
+    return f"{MANAGED_BY}=kdist,{JOB_NAME}={job_name}"

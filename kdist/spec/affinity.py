@@ -29,6 +29,8 @@ def _values_fit(operator: str, values: list[str] | None, *, numeric: bool = Fals
 
 
 class NodeSelectorRequirement(PodModel):
+    """A node label requirement (as Kubernetes)."""
+
     key: str
     operator: Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]
     values: list[str] | None = None
@@ -44,12 +46,16 @@ class NodeSelectorRequirement(PodModel):
 
 
 class NodeFieldRequirement(PodModel):
+    """A node field requirement (as Kubernetes)."""
+
     key: Literal["metadata.name"]  # the only node field the scheduler matches
     operator: Literal["In", "NotIn"]
     values: Annotated[list[str], Field(min_length=1, max_length=1)]
 
 
 class NodeSelectorTerm(PodModel):
+    """Node requirements, all of which must hold (as Kubernetes)."""
+
     match_expressions: list[NodeSelectorRequirement] | None = None
     match_fields: list[NodeFieldRequirement] | None = None
 
@@ -61,21 +67,29 @@ class NodeSelectorTerm(PodModel):
 
 
 class NodeSelector(PodModel):
+    """Node selector terms, one of which must match (as Kubernetes)."""
+
     node_selector_terms: Annotated[list[NodeSelectorTerm], Field(min_length=1)]
 
 
 class PreferredSchedulingTerm(PodModel):
+    """A weighted node preference (as Kubernetes)."""
+
     weight: Weight
     preference: NodeSelectorTerm
 
 
 class NodeAffinity(PodModel):
+    """Which nodes the pods may or prefer to run on (as Kubernetes)."""
+
     required_during_scheduling_ignored_during_execution: NodeSelector | None = None
     preferred_during_scheduling_ignored_during_execution: list[PreferredSchedulingTerm] | None \
         = None
 
 
 class LabelSelectorRequirement(PodModel):
+    """A label requirement (as Kubernetes)."""
+
     key: str
     operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
     values: list[str] | None = None
@@ -90,6 +104,8 @@ class LabelSelectorRequirement(PodModel):
 
 
 class LabelSelector(PodModel):
+    """Selects objects by label (as Kubernetes)."""
+
     match_labels: dict[str, str] | None = None
     match_expressions: list[LabelSelectorRequirement] | None = None
 
@@ -100,6 +116,8 @@ class LabelSelector(PodModel):
 
 
 class PodAffinityTerm(PodModel):
+    """Pods to run near (or away from), as Kubernetes has it."""
+
     label_selector: LabelSelector | None = None
     namespaces: list[str] | None = None
     namespace_selector: LabelSelector | None = None
@@ -120,17 +138,23 @@ class PodAffinityTerm(PodModel):
 
 
 class WeightedPodAffinityTerm(PodModel):
+    """A weighted pod (anti-)affinity term (as Kubernetes)."""
+
     weight: Weight
     pod_affinity_term: PodAffinityTerm
 
 
 class PodAffinity(PodModel):
+    """Pod affinity or anti-affinity (as Kubernetes)."""
+
     required_during_scheduling_ignored_during_execution: list[PodAffinityTerm] | None = None
     preferred_during_scheduling_ignored_during_execution: list[WeightedPodAffinityTerm] | None \
         = None
 
 
 class Affinity(PodModel):
+    """The pods' affinity, as Kubernetes has it."""
+
     node_affinity: NodeAffinity | None = None
     pod_affinity: PodAffinity | None = None
     pod_anti_affinity: PodAffinity | None = None

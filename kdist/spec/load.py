@@ -12,14 +12,32 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from kdist.shared.errors import SpecError
+from kdist.spec import workloads as W
 from kdist.spec.checks import ENV_NAME
 from kdist.spec.model import TrainingJob
 from kdist.spec.yamlsafe import MAX_BYTES, YamlProblem, load_document
 
 
-def advice(job: TrainingJob) -> list[str]:
-    """Valid but probably not meant: one line each, `field.path: why`, for the CLI to warn."""
-    s, out = job.spec, []
+def advice(job: TrainingJob, *, local: bool = False) -> list[str]:
+    """Valid but probably not meant: one line each, `field.path: why`, for the CLI to warn.
+    `local`: only what holds for a local run too (no pods, checkpoints in .kdist/)."""
+    s, w = job.spec, job.spec.workload
+    out = []
+    every = W.checkpoint_every_ignored(w.module, w.args, s.checkpoint is not None)
+    if every is not None:
+        out.append(f"spec.workload.args[{every}]: --checkpoint-every is given but no checkpoint "
+                   "will be written: there is no spec.checkpoint (nor --checkpoint-dir)")
+    if local:
+        return out
+    script = W.relative_script(w.command)
+    where = "command"
+    if script is None and w.command is not None:
+        script, where = W.relative_script(w.args), "args"
+    if script is not None and s.workdir is None:
+        name = (w.command if where == "command" else w.args)[script]  # type: ignore[index]
+        out.append(f"spec.workload.{where}[{script}]: {name!r} is a relative path and there is "
+                   "no spec.workdir: the pods look for it in the image (a local run finds it "
+                   "through the current directory); ship it with spec.workdir or --workdir")
     ephemeral = s.checkpoint is not None and s.checkpoint.volume.empty_dir is not None
     if s.distributed.max_restarts and ephemeral:
         out.append("spec.checkpoint.volume: an emptyDir is new with every pod, so a restarted "
@@ -94,9 +112,23 @@ def parse_job(data: bytes | str, source: str = "<job>") -> TrainingJob:
 def validate_job(doc: dict[str, Any], source: str = "<job>") -> TrainingJob:
     """Validate an already-parsed document."""
     try:
-        return TrainingJob.model_validate(doc)
+        job = TrainingJob.model_validate(doc)
     except ValidationError as e:
         raise SpecError([f"{source}: {p}" for p in _problems(e, doc)]) from None
+    problems = workload_problems(job)
+    if problems:
+        raise SpecError([f"{source}: {p}" for p in problems])
+    return job
+
+
+def workload_problems(job: TrainingJob) -> list[str]:
+    """What kdist's own workload (a module under kdist.workloads.) would refuse on the pods:
+    an unknown module, unknown or malformed args; torch-free (kdist.spec.workloads)."""
+    w = job.spec.workload
+    bad = W.module_problem(w.module)
+    if bad:
+        return [f"spec.workload.module: {bad}"]
+    return [f"spec.workload.args[{i}]: {why}" for i, why in W.args_problems(w.module, w.args)]
 
 
 def _problems(err: ValidationError, doc: dict[str, Any]) -> list[str]:

@@ -14,6 +14,7 @@ from pydantic import (
     Field,
     StrictBool,
     StrictInt,
+    WithJsonSchema,
     field_validator,
     model_validator,
 )
@@ -28,19 +29,28 @@ from kdist.spec.pod import PodModel as _Model
 
 EnvName = Annotated[str, AfterValidator(C.env_name)]
 # A string a process receives (args, env values): YAML numbers only when their
-# text is unchanged, never a NUL.
+# text is unchanged, never a NUL. The JSON Schema says so too, or editors would
+# flag `--steps 200`'s 200.
 ProcStr = Annotated[str, BeforeValidator(C.scalar_str), AfterValidator(C.no_nul),
-                    Field(max_length=100_000)]
+                    Field(max_length=100_000),
+                    WithJsonSchema({"type": ["string", "number"], "maxLength": 100_000})]
+# A Kubernetes quantity (`cpu: 2`, `memory: 4Gi`): a YAML number is read as its text.
+Quantity = Annotated[str, WithJsonSchema({"type": ["string", "number"]})]
 
 
 ExtendedName = Annotated[str, AfterValidator(C.extended_name)]
-ExtendedCount = Annotated[str, BeforeValidator(C.extended_count)]
+ExtendedCount = Annotated[str, BeforeValidator(C.extended_count),
+                          WithJsonSchema({"type": ["string", "integer"]})]
 
 
 class Metadata(_Model):
-    name: str
-    namespace: str | None = None
-    labels: dict[str, str] = {}
+    """The job's name, namespace and labels."""
+
+    name: str = Field(description="The job's name: a DNS-1035 label (a letter first, "
+                      "lower-case letters, digits, '-'), at most 50 characters.")
+    namespace: str | None = Field(default=None, description="Where the job runs; else -n, else the "
+                                  "kubeconfig context's namespace.")
+    labels: dict[str, str] = Field(default={}, description="Copied onto every object and pod.")
 
     @field_validator("name")
     @classmethod
@@ -59,9 +69,15 @@ class Metadata(_Model):
 
 
 class Workload(_Model):
-    module: str | None = None
-    command: list[ProcStr] | None = None
-    args: list[ProcStr] = []
+    """What each process runs: exactly one of module or command."""
+
+    module: str | None = Field(default=None, description="`python -m MODULE`, launched per process "
+                               "(kdist.workloads.ddp, .pipeline, .fsdp or your own).")
+    command: list[ProcStr] | None = Field(
+        default=None, description="Your own program, launched per "
+        "process, e.g. [python, train.py].")
+    args: list[ProcStr] = Field(default=[], description="Arguments after the module or command; "
+                                "$(VAR) expands as the kubelet expands it.")
 
     @field_validator("module")
     @classmethod
@@ -83,19 +99,29 @@ class Workload(_Model):
 
 
 class Distributed(_Model):
-    backend: Literal["auto", "nccl", "gloo"] = "auto"
-    port: Annotated[StrictInt, Field(ge=1024, le=65535)] = 29500
-    max_restarts: Annotated[StrictInt, Field(ge=0, le=100)] = 0
-    # How long a node waits for the others to arrive (also after a restart), and
-    # how long a collective may wait on a silent peer before the job fails.
-    rendezvous_timeout_seconds: Annotated[StrictInt, Field(ge=1, le=86400)] = 300
-    collective_timeout_seconds: Annotated[StrictInt, Field(ge=1, le=86400)] = 300
-    # The hang watchdog (kdist.runtime.watchdog): no rank printed anything (kdist's
-    # workloads: no log line) for this long -> a retryable hang, the gang restarts. 0 = off.
-    progress_timeout_seconds: Annotated[StrictInt, Field(ge=0, le=86400)] = 0
-    # The interface(s) NCCL and gloo use for their sockets (hostNetwork, Multus):
-    # rendered as NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME unless spec.env sets them.
-    socket_interface: str | None = None
+    """How the ranks find each other, and when the gang restarts."""
+
+    backend: Literal["auto", "nccl", "gloo"] = Field(
+        default="auto",
+        description="The process-group backend; auto = nccl with GPUs, gloo without.")
+    port: Annotated[StrictInt, Field(ge=1024, le=65535)] = Field(
+        default=29500, description="The master's port: rendezvous and torch's store.")
+    max_restarts: Annotated[StrictInt, Field(ge=0, le=100)] = Field(
+        default=0, description="Whole-job restarts after infrastructure failures (a kill, a lost "
+        "pod or peer, a hang), each resuming from the newest checkpoint.")
+    rendezvous_timeout_seconds: Annotated[StrictInt, Field(ge=1, le=86400)] = Field(
+        default=300, description="How long a node waits for the others to arrive (also after a "
+        "restart) before the job fails.")
+    collective_timeout_seconds: Annotated[StrictInt, Field(ge=1, le=86400)] = Field(
+        default=300, description="How long a collective waits on a silent peer (torch's default "
+        "process-group timeout, for any script).")
+    # The hang watchdog lives in kdist.runtime.watchdog.
+    progress_timeout_seconds: Annotated[StrictInt, Field(ge=0, le=86400)] = Field(
+        default=0, description="Hang watchdog: no rank printed anything for this long -> the gang "
+        "restarts. 0 = off.")
+    socket_interface: str | None = Field(default=None, description="The interface(s) NCCL and gloo "
+                                         "use (NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME) unless "
+                                         "spec.env sets them; for hostNetwork, Multus.")
 
     @field_validator("socket_interface")
     @classmethod
@@ -104,12 +130,18 @@ class Distributed(_Model):
 
 
 class Resources(_Model):
-    gpus: Annotated[StrictInt, Field(ge=0, le=64)] = 0
-    cpu: str = "1"
-    memory: str = "2Gi"
-    shm: str | None = None
-    # Extended resources (rdma/*, vpc.amazonaws.com/efa, ...): whole numbers, requests = limits.
-    extended: dict[ExtendedName, ExtendedCount] = {}
+    """What each pod gets; requests = limits."""
+
+    gpus: Annotated[StrictInt, Field(ge=0, le=64)] = Field(
+        default=0, description="nvidia.com/gpu per pod.")
+    cpu: Quantity = Field(
+        default="1", description="CPU per pod; OMP_NUM_THREADS = cpu / procsPerNode.")
+    memory: Quantity = Field(default="2Gi", description="Memory per pod.")
+    shm: Quantity | None = Field(default=None, description="The size of /dev/shm (an in-memory "
+                                 "emptyDir, counted in memory); default half of memory.")
+    extended: dict[ExtendedName, ExtendedCount] = Field(
+        default={}, description="Extended resources (rdma/hca, vpc.amazonaws.com/efa, ...): whole "
+        "numbers.")
 
     _str = field_validator("cpu", "memory", "shm", mode="before")(classmethod(
         lambda cls, v: C.scalar_str(v)))
@@ -142,8 +174,11 @@ class Resources(_Model):
 
 
 class KeyRef(_Model):
-    name: str
-    optional: StrictBool | None = None
+    """A Secret or ConfigMap in the job's namespace."""
+
+    name: str = Field(description="Its name.")
+    optional: StrictBool | None = Field(
+        default=None, description="true: a missing one is no error.")
 
     @field_validator("name")
     @classmethod
@@ -152,9 +187,13 @@ class KeyRef(_Model):
 
 
 class EnvFromSource(_Model):
-    secret_ref: KeyRef | None = None
-    config_map_ref: KeyRef | None = None
-    prefix: str | None = None
+    """Environment variables from a Secret or a ConfigMap (one of them)."""
+
+    secret_ref: KeyRef | None = Field(default=None, description="Every key of this Secret.")
+    config_map_ref: KeyRef | None = Field(default=None, description="Every key of this ConfigMap.")
+    prefix: str | None = Field(
+        default=None, description="Put before every name; one that could make "
+        "a name kdist's launcher owns is refused.")
 
     @model_validator(mode="after")
     def _one(self) -> EnvFromSource:
@@ -166,8 +205,13 @@ class EnvFromSource(_Model):
 
 
 class CheckpointVolume(_Model):
-    persistent_volume_claim: ClaimSource | None = None
-    empty_dir: ScratchSource | None = None
+    """Where checkpoints live: one of persistentVolumeClaim or emptyDir."""
+
+    persistent_volume_claim: ClaimSource | None = Field(
+        default=None, description="A claim every pod mounts: checkpoints outlive pods, so a "
+        "restarted job resumes.")
+    empty_dir: ScratchSource | None = Field(
+        default=None, description="Scratch space, new with each pod: a restart starts from step 0.")
 
     @model_validator(mode="after")
     def _one(self) -> CheckpointVolume:
@@ -177,8 +221,12 @@ class CheckpointVolume(_Model):
 
 
 class Checkpoint(_Model):
-    path: str
-    volume: CheckpointVolume
+    """Where the job keeps checkpoints (KDIST_CHECKPOINT_DIR); a local run uses
+    .kdist/NAME/checkpoints instead."""
+
+    path: str = Field(description="Where the volume is mounted in the pod; exported as "
+                      "KDIST_CHECKPOINT_DIR.")
+    volume: CheckpointVolume = Field(description="The volume mounted there.")
 
     @field_validator("path")
     @classmethod
@@ -187,11 +235,16 @@ class Checkpoint(_Model):
 
 
 class Toleration(_Model):
-    key: str | None = None
-    operator: Literal["Exists", "Equal"] | None = None
-    value: str | None = None
-    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute", ""] | None = None
-    toleration_seconds: Annotated[StrictInt, Field(ge=-INT64_MAX - 1, le=INT64_MAX)] | None = None
+    """A taint the pods tolerate, as Kubernetes has it."""
+
+    key: str | None = Field(
+        default=None, description="The taint's key; none: every taint (Exists).")
+    operator: Literal["Exists", "Equal"] | None = Field(default=None, description="Default Equal.")
+    value: str | None = Field(default=None, description="The taint's value (Equal).")
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute", ""] | None = Field(
+        default=None, description="The taint effect to match; empty: all.")
+    toleration_seconds: Annotated[StrictInt, Field(ge=-INT64_MAX - 1, le=INT64_MAX)] | None = \
+        Field(default=None, description="NoExecute only: how long the pod stays after the taint.")
 
     @model_validator(mode="after")
     def _consistent(self) -> Toleration:
@@ -209,13 +262,18 @@ class Toleration(_Model):
 
 
 class Scheduling(_Model):
-    node_selector: dict[str, str] = {}
-    tolerations: list[Toleration] = []
-    priority_class_name: str = ""
-    queue: str = ""
-    affinity: Affinity | None = None
-    topology_spread_constraints: list[TopologySpreadConstraint] = []
-    scheduler_name: str = ""
+    """Where and when the pods may run."""
+
+    node_selector: dict[str, str] = Field(default={}, description="Node labels the pods need.")
+    tolerations: list[Toleration] = Field(default=[], description="Taints the pods tolerate.")
+    priority_class_name: str = Field(default="", description="The pods' PriorityClass.")
+    queue: str = Field(default="", description="A Kueue LocalQueue: the kueue.x-k8s.io/queue-name "
+                       "label.")
+    affinity: Affinity | None = Field(default=None, description="As Kubernetes: nodeAffinity, "
+                                      "podAffinity, podAntiAffinity.")
+    topology_spread_constraints: list[TopologySpreadConstraint] = Field(
+        default=[], description="As Kubernetes; labelSelector defaults to this job's pods.")
+    scheduler_name: str = Field(default="", description="Another scheduler (e.g. volcano).")
 
     @field_validator("node_selector")
     @classmethod
@@ -239,23 +297,44 @@ class Scheduling(_Model):
 
 
 class JobSpec(_Model):
-    backend: Literal["indexed-job", "pytorchjob"] = "indexed-job"
-    image: str
-    nodes: Annotated[StrictInt, Field(ge=1, le=MAX_NODES)] = 1
-    procs_per_node: int | str = 1
-    workload: Workload
-    distributed: Distributed = Distributed()
-    resources: Resources = Resources()
-    env: dict[EnvName, ProcStr] = {}
-    env_from: list[EnvFromSource] = []
-    checkpoint: Checkpoint | None = None
-    scheduling: Scheduling = Scheduling()
-    pod: PodSettings = PodSettings()
-    pod_template_overlay: dict[str, Any] | None = None
-    ttl_seconds_after_finished: Annotated[StrictInt, Field(ge=0, le=INT32_MAX)] | None = 3600
-    active_deadline_seconds: Annotated[StrictInt, Field(ge=0, le=INT64_MAX)] = 0
-    # A directory shipped with the job (relative to the job file; load_job resolves it).
-    workdir: str | None = None
+    """What runs, on how many pods, with what."""
+
+    backend: Literal["indexed-job", "pytorchjob"] = Field(
+        default="indexed-job", description="indexed-job: an Indexed Job + headless Service (any "
+        "cluster); pytorchjob: a Kubeflow PyTorchJob (the training operator).")
+    image: str = Field(description="The container image: kdist and your dependencies "
+                       "(image/Dockerfile builds one).")
+    nodes: Annotated[StrictInt, Field(ge=1, le=MAX_NODES)] = Field(default=1, description="Pods.")
+    procs_per_node: Annotated[int | str, WithJsonSchema({"anyOf": [
+        {"type": "integer", "minimum": 1, "maximum": MAX_PROCS_PER_NODE},
+        {"const": "auto"}]})] = Field(
+        default=1, description='Processes per pod; "auto" = one per GPU (1 on CPU).')
+    workload: Workload = Field(description="What each process runs.")
+    distributed: Distributed = Field(default=Distributed(), description="Rendezvous, timeouts, "
+                                     "restarts.")
+    resources: Resources = Field(default=Resources(), description="Per pod; requests = limits.")
+    env: dict[EnvName, ProcStr] = Field(
+        default={}, description="Plain values; names kdist's launcher "
+        "owns (RANK, MASTER_ADDR, KDIST_*, ...) are refused.")
+    env_from: list[EnvFromSource] = Field(default=[], description="Secrets (and ConfigMaps) as "
+                                          "variables: the way to pass secrets.")
+    checkpoint: Checkpoint | None = Field(default=None, description="Where checkpoints go; none: "
+                                          "no checkpoints, a restart starts over.")
+    scheduling: Scheduling = Field(default=Scheduling(), description="Placement, priority, queues.")
+    pod: PodSettings = Field(default=PodSettings(), description="Pod settings a production cluster "
+                             "asks for: service account, host network, volumes, ...")
+    pod_template_overlay: dict[str, Any] | None = Field(
+        default=None,
+        description="A strategic-merge patch on every pod template, for what spec.pod "
+        "lacks; what the launcher relies on is refused.")
+    ttl_seconds_after_finished: Annotated[StrictInt, Field(ge=0, le=INT32_MAX)] | None = Field(
+        default=3600, description="Delete the finished job after this long; null = keep it.")
+    active_deadline_seconds: Annotated[StrictInt, Field(ge=0, le=INT64_MAX)] = Field(
+        default=0, description="Fail the job after this long. 0 = no deadline.")
+    # Relative to the job file; load_job resolves it.
+    workdir: str | None = Field(default=None, description="A local directory shipped with the job "
+                                "(relative to the job file) and unpacked in /workspace, where "
+                                "the workers start: your code without an image rebuild.")
 
     @field_validator("procs_per_node", mode="before")
     @classmethod
@@ -314,9 +393,12 @@ class JobSpec(_Model):
 
 
 class TrainingJob(_Model):
-    api_version: Literal["kdist/v1alpha1"] = Field(alias="apiVersion")
-    kind: Literal["TrainingJob"]
-    metadata: Metadata
-    spec: JobSpec
+    """A distributed PyTorch training job: what `kdist submit` renders and runs."""
+
+    api_version: Literal["kdist/v1alpha1"] = Field(alias="apiVersion",
+                                                   description="Always kdist/v1alpha1.")
+    kind: Literal["TrainingJob"] = Field(description="Always TrainingJob.")
+    metadata: Metadata = Field(description="Name, namespace, labels.")
+    spec: JobSpec = Field(description="The job.")
 
 

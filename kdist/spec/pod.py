@@ -75,6 +75,8 @@ FileMode = Annotated[StrictInt, Field(ge=0, le=0o777)]
 
 
 class KeyToPath(PodModel):
+    """One key of a ConfigMap or Secret, as a file (as Kubernetes)."""
+
     key: str
     path: str
     mode: FileMode | None = None
@@ -86,6 +88,8 @@ class KeyToPath(PodModel):
 
 
 class ClaimSource(PodModel):
+    """A PersistentVolumeClaim in the job's namespace (as Kubernetes)."""
+
     claim_name: str
     read_only: StrictBool | None = None
 
@@ -96,6 +100,8 @@ class ClaimSource(PodModel):
 
 
 class ConfigMapSource(PodModel):
+    """A ConfigMap's keys as files (as Kubernetes)."""
+
     name: str
     items: list[KeyToPath] | None = None
     default_mode: FileMode | None = None
@@ -108,6 +114,8 @@ class ConfigMapSource(PodModel):
 
 
 class SecretSource(PodModel):
+    """A Secret's keys as files (as Kubernetes)."""
+
     secret_name: str
     items: list[KeyToPath] | None = None
     default_mode: FileMode | None = None
@@ -120,6 +128,8 @@ class SecretSource(PodModel):
 
 
 class LocalRef(PodModel):
+    """An object in the job's namespace, by name."""
+
     name: str
 
     @field_validator("name")
@@ -129,6 +139,8 @@ class LocalRef(PodModel):
 
 
 class CSISource(PodModel):
+    """An inline CSI volume (as Kubernetes)."""
+
     driver: str
     read_only: StrictBool | None = None
     fs_type: str | None = None
@@ -145,6 +157,8 @@ class CSISource(PodModel):
 
 
 class ScratchSource(PodModel):
+    """An emptyDir: scratch space that lives as long as the pod (as Kubernetes)."""
+
     medium: Literal["", "Memory"] | None = None
     size_limit: str | None = None
 
@@ -163,15 +177,19 @@ _SOURCES = ("persistent_volume_claim", "config_map", "secret", "csi", "empty_dir
 class PodVolume(PodModel):
     """One extra volume and where the container mounts it (kdist's pods have one container)."""
 
-    name: str
-    mount_path: str
-    read_only: StrictBool | None = None
-    sub_path: str | None = None
-    persistent_volume_claim: ClaimSource | None = None
-    config_map: ConfigMapSource | None = None
-    secret: SecretSource | None = None
-    csi: CSISource | None = None
-    empty_dir: ScratchSource | None = None
+    name: str = Field(description="A DNS-1123 label; dshm, checkpoint and kdist-* are "
+                      "kdist's own.")
+    mount_path: str = Field(description="Where the container mounts it.")
+    read_only: StrictBool | None = Field(default=None, description="Mount it read-only.")
+    sub_path: str | None = Field(
+        default=None, description="Mount only this path inside the volume.")
+    persistent_volume_claim: ClaimSource | None = Field(default=None, description="A claim.")
+    config_map: ConfigMapSource | None = Field(
+        default=None, description="A ConfigMap's keys as files.")
+    secret: SecretSource | None = Field(default=None, description="A Secret's keys as files.")
+    csi: CSISource | None = Field(default=None, description="An inline CSI volume.")
+    empty_dir: ScratchSource | None = Field(default=None, description="Scratch space for the pod's "
+                                            "life.")
 
     @field_validator("name")
     @classmethod
@@ -222,18 +240,24 @@ class PodVolume(PodModel):
 
 
 class PodSettings(PodModel):
-    """``spec.pod``: what the pod needs from the cluster beyond the training itself."""
+    """What the pod needs from the cluster beyond the training itself (spec.pod)."""
 
-    service_account_name: str | None = None
-    # None: mounted exactly when a service account is named (see README).
-    automount_service_account_token: StrictBool | None = None
-    annotations: dict[str, str] = {}
-    runtime_class_name: str | None = None
-    host_network: StrictBool = False
-    capabilities: list[Capability] = []
-    termination_grace_period_seconds: Annotated[StrictInt, Field(ge=0, le=INT64_MAX)] = \
-        DEFAULT_GRACE_SECONDS
-    volumes: list[PodVolume] = []
+    service_account_name: str | None = Field(default=None, description="The pods' service account; "
+                                             "its API token is mounted.")
+    automount_service_account_token: StrictBool | None = Field(
+        default=None, description="Mount the account's token; default: exactly when "
+        "serviceAccountName is given.")
+    annotations: dict[str, str] = Field(default={}, description="Pod annotations (e.g. "
+                                        "k8s.v1.cni.cncf.io/networks for Multus).")
+    runtime_class_name: str | None = Field(default=None, description="The pods' RuntimeClass.")
+    host_network: StrictBool = Field(default=False, description="The node's network (dnsPolicy "
+                                     "ClusterFirstWithHostNet); Pod Security privileged.")
+    capabilities: list[Capability] = Field(default=[], description="Added to the container (e.g. "
+                                           "IPC_LOCK); all others stay dropped.")
+    termination_grace_period_seconds: Annotated[StrictInt, Field(ge=0, le=INT64_MAX)] = Field(
+        default=DEFAULT_GRACE_SECONDS, description="SIGTERM to SIGKILL: the room to checkpoint.")
+    volumes: list[PodVolume] = Field(default=[], description="Extra volumes and where they are "
+                                     "mounted.")
 
     @field_validator("service_account_name", "runtime_class_name")
     @classmethod

@@ -36,7 +36,8 @@ FAULT_ENV = E.FAULT_KILL_AT
 
 
 def add_common_args(parser: argparse.ArgumentParser) -> None:
-    """The flags every kdist workload takes (README, "The training side"), and the MLP's shape."""
+    """The flags every kdist workload takes (docs/user-guide.md, "The training side"), and
+    the MLP's shape."""
     add_loop_args(parser)
     add = parser.add_argument
     add("--features", type=int, default=64, help="input features (default 64)")

@@ -34,8 +34,10 @@ def _guard(api: FakeApi, outcome: Outcome | None = None) -> None:
 
 @pytest.fixture
 def api(request: pytest.FixtureRequest) -> Iterator[FakeApi]:
-    """The fake API server; a test module's FAKEAPI_OPTIONS dict sets its options."""
-    server = FakeApi(**getattr(request.module, "FAKEAPI_OPTIONS", {})).start()
+    """The fake API server; a test module's FAKEAPI_OPTIONS dict sets its options, its
+    FAKEAPI_CLASS the server (a FakeApi subclass: tests/api/wireapi.py)."""
+    cls = getattr(request.module, "FAKEAPI_CLASS", FakeApi)
+    server = cls(**getattr(request.module, "FAKEAPI_OPTIONS", {})).start()
     yield server
     server.stop()
     _guard(server)

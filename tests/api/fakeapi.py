@@ -2,7 +2,7 @@
 
 It records every request in order (method, raw path, query, body), answers
 from a `Store` of fixture objects (get, list with label/field selectors,
-create with dryRun, delete with propagation, watch, pod logs, discovery of
+create with dryRun, delete with propagation and a uid precondition, watch, pod logs, discovery of
 kubeflow.org/v1), and can be told to misbehave: answer HTML, never answer,
 answer 5xx, or send a given Status. Every write is checked by
 `routes.write_problem`; what it flags lands in `violations`, which the test
@@ -69,18 +69,21 @@ class Request:
 
 @dataclass
 class Rule:
-    """A misbehaviour for matching requests: "html", "hang", "close" or "status"."""
+    """A misbehaviour for matching requests: "html", "hang", "close", "status" or "answer"."""
 
     action: str
     method: str | None = None
-    path: str | None = None  # a substring of the raw path
-    body: dict[str, Any] | None = None  # for "status"
+    path: str | None = None  # a substring of the raw path; "...$": its end
+    body: Any = None  # for "status" and "answer" (any JSON: an answer may be misshapen)
     times: int | None = None  # None: every matching request
-    code: int = 200  # for "html"
+    code: int = 200  # for "html" and "answer"
+    watch: bool | None = None  # only watch requests (True), only the others (False)
 
-    def matches(self, method: str, path: str) -> bool:
+    def matches(self, method: str, path: str, watch: bool = False) -> bool:
         return ((self.method is None or self.method == method)
-                and (self.path is None or self.path in path)
+                and (self.path is None or (path.endswith(self.path[:-1])
+                                           if self.path.endswith("$") else self.path in path))
+                and (self.watch is None or self.watch == watch)
                 and (self.times is None or self.times > 0))
 
 
@@ -103,6 +106,7 @@ class FakeApi:
     reported: int = 0  # how many violations a test has already failed on
     rules: list[Rule] = field(default_factory=list)
     watch_scripts: dict[str, list[list[dict[str, Any]]]] = field(default_factory=dict)
+    watch_forever: dict[str, list[Any]] = field(default_factory=dict)  # once scripts run out
     # One-shot hooks, by plural: run inside the request, so their effect is ordered
     # exactly against it. after_create gets the stored object (before the answer is sent);
     # on_watch runs as a watch starts (before its first event); on_delete as a DELETE of
@@ -157,12 +161,21 @@ class FakeApi:
         """The next watches on `plural` each send one of `streams` verbatim, then end."""
         self.watch_scripts.setdefault(plural, []).extend(list(s) for s in streams)
 
+    def script_every_watch(self, plural: str, stream: Iterable[Any]) -> None:
+        """Every watch on `plural` (once the scripted ones are used) sends `stream`, then
+        ends: a server that misbehaves the same way on every try."""
+        self.watch_forever[plural] = list(stream)
+
     # -- misbehaviour ---------------------------------------------------------------------
 
     def misbehave(self, action: str, *, method: str | None = None, path: str | None = None,
-                  body: dict[str, Any] | None = None, times: int | None = None,
-                  code: int = 200) -> None:
-        self.rules.append(Rule(action, method, path, body, times, code))
+                  body: Any = None, times: int | None = None, code: int = 200,
+                  watch: bool | None = None) -> None:
+        self.rules.append(Rule(action, method, path, body, times, code, watch))
+
+    def answer(self, body: Any, code: int = 200, **match: Any) -> None:
+        """Answer `body` (any JSON, however misshapen) with HTTP `code`."""
+        self.misbehave("answer", body=body, code=code, **match)
 
     def html(self, code: int = 200, **match: Any) -> None:
         """Answer an HTML page (a login portal, or a proxy's error page with code 502)."""
@@ -196,10 +209,10 @@ class FakeApi:
             if problem:
                 self.violations.append(f"{request}: {problem}")
 
-    def _rule_for(self, method: str, path: str) -> Rule | None:
+    def _rule_for(self, method: str, path: str, watch: bool = False) -> Rule | None:
         with self._lock:
             for rule in self.rules:
-                if rule.matches(method, path):
+                if rule.matches(method, path, watch):
                     if rule.times is not None:
                         rule.times -= 1
                     return rule
@@ -246,7 +259,7 @@ class _Handler(BaseHTTPRequestHandler):
                           _body(raw), {k.lower(): v for k, v in self.headers.items()},
                           time.monotonic())
         api._record(request)
-        rule = api._rule_for(self.command, path)
+        rule = api._rule_for(self.command, path, request.is_watch)
         if rule is not None:
             return self._misbehave(rule)
         auth = request.headers.get("authorization", "")
@@ -264,6 +277,8 @@ class _Handler(BaseHTTPRequestHandler):
         elif rule.action == "status":
             assert rule.body is not None
             self._json(rule.body["code"], rule.body)
+        elif rule.action == "answer":
+            self._json(rule.code, rule.body)
         elif rule.action == "close":
             self.close_connection = True
             self.connection.shutdown(socket.SHUT_RDWR)
@@ -313,7 +328,8 @@ class _Handler(BaseHTTPRequestHandler):
             propagation = req.query.get("propagationPolicy") or options.get(
                 "propagationPolicy") or "Background"
             dry = req.query.get("dryRun") == "All" or options.get("dryRun") == ["All"]
-            return self._json(200, store.delete(plural, ns, route.name, propagation, dry))
+            uid = (options.get("preconditions") or {}).get("uid")
+            return self._json(200, store.delete(plural, ns, route.name, propagation, dry, uid))
         if route.shape == "subresource" and route.subresource == "log" and method == "GET":
             return self._log(api, ns or "", route.name, req.query)
         raise ApiStatus(status_body(405, "MethodNotAllowed",
@@ -323,6 +339,8 @@ class _Handler(BaseHTTPRequestHandler):
         scripts = api.watch_scripts.get(query.plural)
         if scripts:
             return self._stream(json.dumps(e) for e in scripts.pop(0))
+        if query.plural in api.watch_forever:
+            return self._stream(json.dumps(e) for e in api.watch_forever[query.plural])
         hook = api.on_watch.pop(query.plural, None)
         if hook is not None:
             hook()
@@ -343,7 +361,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     # -- answers --------------------------------------------------------------------------
 
-    def _json(self, code: int, body: dict[str, Any]) -> None:
+    def _json(self, code: int, body: Any) -> None:
         self._send(code, json.dumps(body).encode(), "application/json")
 
     def _send(self, code: int, data: bytes, content_type: str) -> None:

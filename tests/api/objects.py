@@ -1,7 +1,7 @@
 """Cluster objects as the API would hold them for a kdist job, and a job.yaml to submit.
 
 Only the fields kdist reads are filled in. The label keys are kdist's documented
-contract (README: `kdist.dev/job-name` is the selector every verb uses).
+contract (docs/user-guide.md: `kdist.dev/job-name` is the selector every verb uses).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ def labels(name: str, backend: str = "indexed-job") -> dict[str, str]:
 
 
 def job(name: str, *, nodes: int = 2, namespace: str = "default",
-        outcome: str | None = None) -> dict[str, Any]:
+        outcome: str | None = None, procs_per_node: int | str = 1) -> dict[str, Any]:
     """An Indexed Job as kdist renders it: running, or ended ("Complete" or "Failed")."""
     conditions = [{"type": outcome, "status": "True"}] if outcome else []
     complete = outcome == "Complete"
@@ -33,7 +33,9 @@ def job(name: str, *, nodes: int = 2, namespace: str = "default",
         "spec": {"completions": nodes, "parallelism": nodes, "completionMode": "Indexed",
                  "template": {"metadata": {"labels": labels(name)}, "spec": {"containers": [
                      {"name": "pytorch", "image": "kdist-train:dev-cpu",
-                      "args": ["--max-steps", "6"]}]}}},
+                      "args": ["--max-steps", "6"],
+                      "env": [{"name": "KDIST_NPROC_PER_NODE",
+                               "value": str(procs_per_node)}]}]}}},
         "status": {"conditions": conditions, "ready": 0 if outcome else nodes,
                    "succeeded": nodes if complete else 0},
     }

@@ -25,7 +25,8 @@ from tests.api.fakeapi import FakeApi, Request
 
 # Variables that would send the client elsewhere or change what it reads.
 _SCRUB = ("KUBECONFIG", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT", "HTTP_PROXY",
-          "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy")
+          "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy",
+          "NO_PROXY", "no_proxy")
 
 
 @dataclass

@@ -236,12 +236,21 @@ class Store:
                 "metadata": {"resourceVersion": rv}, "items": items}
 
     def delete(self, plural: str, namespace: str, name: str, propagation: str,
-               dry_run: bool) -> dict[str, Any]:
+               dry_run: bool, uid: str | None = None) -> dict[str, Any]:
+        """DELETE of one object; with `uid` (DeleteOptions.preconditions), a 409 Conflict
+        when the object of that name has another uid, as kube-apiserver answers."""
         key = (plural, namespace, name)
         with self.cond:
             obj = self.objects.get(key)
             if obj is None:
                 raise ApiStatus(not_found(plural, name))
+            if uid is not None and uid != obj["metadata"]["uid"]:
+                group = RESOURCES[plural][0].rpartition("/")[0]
+                what = f"{plural}.{group}" if group else plural
+                raise ApiStatus(status_body(
+                    409, "Conflict", f'Operation cannot be fulfilled on {what} "{name}": '
+                    f"Precondition failed: UID in precondition: {uid}, UID in object meta: "
+                    f"{obj['metadata']['uid']}", name=name, group=group, kind=plural))
             if dry_run:
                 return copy.deepcopy(obj)
             if propagation == "Foreground" and self.gc != "immediate":

@@ -1,6 +1,6 @@
 """`kdist submit a.yaml b.yaml`: one batch, all or nothing, every outcome saying what exists.
 
-The contract (README, "Bad input never reaches the API server"): every file is
+The contract (docs/security.md, "Bad input never reaches the API server"): every file is
 validated, namespaces resolved and code packed before any request; the same job
 twice is refused (exit 2, nothing sent); if one job fails, the jobs this batch
 created are deleted again and the error line names them; what --replace deleted

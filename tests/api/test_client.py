@@ -12,6 +12,7 @@ import pytest
 import kdist
 from kdist.shared.errors import JobNotFound, UsageError
 from tests.api import objects
+from tests.api.checks import error_line
 
 pytestmark = pytest.mark.timeout(60)
 NAN = float("nan")
@@ -69,7 +70,30 @@ BAD_CALLS = {
     "train args text": (lambda c: c.train(_remote, args="x"), "args", "str"),
     "train fn=5": (lambda c: c.train(5), "fn", "5"),
     "train timeout=nan": (lambda c: c.train(_remote, timeout=NAN), "timeout", "nan"),
+    # Found only once the job was created (an observer is called first by the watch) or
+    # by a traceback from the renderer, before issue 38.
+    "submit observer=5": (lambda c: c.submit("job.yaml", observer=5), "observer", "start()"),
+    "submit observer lacks stop": (lambda c: c.submit("job.yaml", observer=_HalfObserver()),
+                                   "observer", "_HalfObserver", "stop()"),
+    "submit code text": (lambda c: c.submit("job.yaml", code="abc"), "code", "'abc'",
+                         "workdir="),
+    "submit code dict": (lambda c: c.submit("job.yaml", code={}, wait=False), "code", "dict"),
+    "wait observer": (lambda c: c.wait("demo", observer=print), "observer", "start()"),
+    "wait_many bad selector": (lambda c: c.wait_many(selector="a b"), "selector", "'a b'"),
+    "wait_many empty in": (lambda c: c.wait_many(selector="team in ()"), "selector",
+                           "needs at least one value"),
+    "watch_jobs bad selector": (lambda c: c.watch_jobs(on_update=print, selector="x=\t"),
+                                "selector", "not allowed"),
+    "train workdir=5": (lambda c: c.train(_remote, workdir=5), "workdir", "5"),
+    "train script workdir": (lambda c: c.train("train.py", workdir=b"."), "workdir", "b'.'"),
+    "plot into no folder": (lambda c: c.plot("demo", "no/such/folder/x.png"), "file",
+                            "does not exist"),
 }
+
+
+class _HalfObserver:
+    def start(self, state) -> None: ...
+    def update(self, state) -> None: ...
 
 
 def _remote(x: int = 1) -> int:
@@ -116,6 +140,39 @@ def test_module_shortcuts_check_before_sending(api, kubeconfig):
     with pytest.raises(UsageError, match="timeout"):
         kdist.wait("demo", timeout=NAN, kubeconfig=kubeconfig)
     assert api.since(mark) == []
+
+
+@pytest.mark.parametrize("call, words", [
+    (lambda: kdist.render("job.yaml"), ["job", "TrainingJob", "'job.yaml'"]),
+    (lambda: kdist.render(kdist.load_job("job.yaml"), code="abc"), ["code", "'abc'"]),
+    (lambda: kdist.render(kdist.load_job("job.yaml"), "abc"), ["code", "'abc'"]),
+    (lambda: kdist.load_job(5), ["path", "int"]),
+    (lambda: kdist.parse_job(None), ["data", "NoneType"]),
+    (lambda: kdist.to_yaml("abc"), ["objects", "str"]),
+], ids=["render(path)", "render(code=)", "render(job, code)", "load_job(5)",
+        "parse_job(None)", "to_yaml(str)"])
+def test_the_job_file_functions_check_their_arguments(tmp_path, monkeypatch, call, words):
+    monkeypatch.chdir(tmp_path)
+    objects.job_yaml(tmp_path / "job.yaml")
+    with pytest.raises(UsageError) as raised:
+        call()
+    for word in words:
+        assert word in str(raised.value), raised.value
+
+
+def test_a_good_observer_and_code_still_pass_the_checks(api, client, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    objects.job_yaml(tmp_path / "job.yaml")
+    job = client.load("job.yaml")
+    sub = client.submit(job, wait=False, observer=_Observer(), code=kdist.api.pack_code(job))
+    assert sub.name == "demo" and api.store.get_stored("jobs", "demo")
+
+
+class _Observer(_HalfObserver):
+    def tick(self, state) -> None: ...
+    def warning(self, text) -> None: ...
+    def log(self, rank, line) -> None: ...
+    def stop(self) -> None: ...
 
 
 def test_client_keywords_are_keyword_only():
@@ -207,6 +264,24 @@ def test_status_plot_draws_the_steps_of_every_rank(api, kdist, tmp_path):
     assert "wrote" in out.stderr and "8 step(s) of 2 rank(s)" in out.stderr, out.describe()
     text = (tmp_path / "demo.svg").read_text()
     assert text.lstrip().startswith("<?xml") and "rank 1" in text
+
+
+@pytest.mark.parametrize("where", ["no folder", "a link"])
+def test_status_plot_refuses_a_missing_folder_or_a_link_before_any_request(api, kdist,
+                                                                           tmp_path, where):
+    pytest.importorskip("matplotlib")
+    api.add(objects.job("demo"))
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    target = tmp_path / "demo.png"
+    if where == "a link":
+        target.symlink_to(victim)
+    else:
+        target = tmp_path / "no" / "such" / "demo.png"
+    out = kdist("status", "demo", "--plot", str(target))
+    error_line(out, 2, "--plot", "does not exist" if where == "no folder" else "link")
+    assert out.requests == [], out.describe()
+    assert victim.read_text() == "precious\n"
 
 
 def test_status_plot_refuses_another_format_before_any_request(api, kdist, tmp_path):

@@ -1,7 +1,7 @@
 """What the API answers when it refuses or fails, as the user sees it: exit code, one line.
 
 The expected lines are the ones `api_error` (kdist's one place for API errors)
-documents; README: exit 2 bad input (a job that is not there), 3 cluster or API error.
+documents; docs/user-guide.md: exit 2 bad input (a job that is not there), 3 cluster or API error.
 """
 
 from __future__ import annotations

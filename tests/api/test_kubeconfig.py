@@ -7,6 +7,8 @@ an open() forever), measured against a plain run on this machine now (`baseline`
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tests.api import kubeconfigs
@@ -125,12 +127,70 @@ def test_a_failing_credential_plugin_fails_the_command(api, kdist, tmp_path, scr
     assert out.requests == [], out.describe()
 
 
-def test_a_missing_credential_plugin_fails_the_command(api, kdist, tmp_path):
+def _unrunnable(tmp_path, what):
+    """An exec `command` that cannot be started, and what the error line must say."""
+    if what == "the root folder":
+        return "/", "directory"
+    if what == "a missing file":
+        return str(tmp_path / "no-such-plugin"), "does not exist"
+    if what == "a file without x":
+        script = kubeconfigs.plugin(tmp_path / "corp-login", f"echo '{CREDENTIAL}'")
+        script.chmod(0o644)
+        return str(script), "not executable"
+    if what == "a folder":
+        return str(tmp_path), "directory"
+    return "kdist-no-such-plugin", "not found on PATH"
+
+
+@pytest.mark.parametrize("what", ["the root folder", "a missing file", "a file without x",
+                                  "a folder", "a name not on PATH"])
+def test_a_credential_plugin_that_cannot_be_run_is_a_kubeconfig_error(api, kdist, tmp_path,
+                                                                      what):
+    """Exit 2 naming users[NAME].user.exec.command, not exit 3 as a plugin that ran and
+    failed (that one stays 3: test_a_failing_credential_plugin_fails_the_command)."""
+    command, said = _unrunnable(tmp_path, what)
     path = kubeconfigs.with_user(tmp_path / "kc.yaml", api.url, {
-        "exec": {"apiVersion": EXEC_API, "command": str(tmp_path / "no-such-plugin")}})
+        "exec": {"apiVersion": EXEC_API, "command": command}})
     out = kdist("list", kubeconfig=path)
-    error_line(out, 3, "credential plugin", "no-such-plugin")
+    error_line(out, 2, "users[fake].user.exec.command", said)
     assert out.requests == [], out.describe()
+
+
+@pytest.mark.parametrize("exec_, field", [
+    ({"apiVersion": EXEC_API}, "exec.command"),
+    ({"command": "/bin/true"}, "exec.apiVersion"),
+    ({"apiVersion": EXEC_API, "command": "/bin/true", "args": ["--x", 5]}, "exec.args"),
+    ({"apiVersion": EXEC_API, "command": "/bin/true", "env": [{"name": "A"}]}, "exec.env"),
+])
+def test_a_credential_plugin_entry_the_loader_cannot_run_is_a_kubeconfig_error(
+        api, kdist, tmp_path, exec_, field):
+    path = kubeconfigs.with_user(tmp_path / "kc.yaml", api.url, {"exec": exec_})
+    out = kdist("list", kubeconfig=path)
+    error_line(out, 2, f"users[fake].user.{field}")
+    assert out.requests == [], out.describe()
+
+
+def test_a_relative_plugin_path_is_found_from_the_kubeconfigs_folder(api, kdist, tmp_path):
+    """As kubectl: a command with a "/" is relative to the kubeconfig, not to the cwd."""
+    (tmp_path / "bin").mkdir()
+    kubeconfigs.plugin(tmp_path / "bin" / "corp-login", f"echo '{CREDENTIAL}'")
+    path = kubeconfigs.with_user(tmp_path / "kc.yaml", api.url, {
+        "exec": {"apiVersion": EXEC_API, "command": "bin/corp-login"}})
+    assert not (Path.cwd() / "bin" / "corp-login").exists()
+    out = kdist("list", kubeconfig=path)
+    assert out.code == 0, out.describe()
+    assert out.requests[0].headers.get("authorization") == "Bearer fake-token", out.describe()
+
+
+def test_a_plugin_on_the_plugins_own_path_is_found(api, kdist, tmp_path):
+    """The loader runs the plugin with its env entries: their PATH is where it is looked up."""
+    (tmp_path / "bin").mkdir()
+    kubeconfigs.plugin(tmp_path / "bin" / "corp-login", f"echo '{CREDENTIAL}'")
+    path = kubeconfigs.with_user(tmp_path / "kc.yaml", api.url, {
+        "exec": {"apiVersion": EXEC_API, "command": "corp-login",
+                 "env": [{"name": "PATH", "value": f"{tmp_path / 'bin'}:/usr/bin:/bin"}]}})
+    out = kdist("list", kubeconfig=path)
+    assert out.code == 0, out.describe()
 
 
 def test_a_working_credential_plugin_is_used(api, kdist, tmp_path):

@@ -1,4 +1,4 @@
-"""README's "Python API" block runs as it is, against the fake API server: a job that
+"""docs/python-api.md's first block runs as it is, against the fake API server: a job that
 completes while the block follows its logs."""
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def test_the_readme_python_api_block_runs(api, kubeconfig, tmp_path, monkeypatch
     api.after_create["jobs"] = run_and_finish
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        exec(compile(code, "README.md", "exec"), {"__name__": "readme"})
+        exec(compile(code, "docs/python-api.md", "exec"), {"__name__": "readme"})
     printed = out.getvalue().splitlines()
     assert "0 rank 0 starting" in printed and "1 rank 1 starting" in printed, printed
     assert printed[-2:] == ["Succeeded {0: 0.1667, 1: 0.1667}", "['demo']"], printed

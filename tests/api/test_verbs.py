@@ -33,15 +33,19 @@ def running_job(api: FakeApi, name: str = "old") -> dict[str, Any]:
     return job
 
 
-def delete_calls(name: str, *, service: bool = True, kubeflow: bool = True,
-                 wait: bool = True) -> list[tuple[str, str]]:
-    """What deleting job `name` sends: discovery, foreground DELETEs of the job (both
-    kinds), of its Service when it is kdist's, a look for its ConfigMaps; then, to wait,
-    list (+ watch while anything is left) per kind that can be left over."""
-    calls = [("GET", KUBEFLOW), ("DELETE", f"{JOBS}/{name}")]
+def delete_calls(name: str, *, job: str | None = JOBS, service: bool = True,
+                 kubeflow: bool = True, wait: bool = True) -> list[tuple[str, str]]:
+    """What deleting job `name` sends: discovery, a look at each kind that can hold it (both
+    training kinds, the Service), foreground DELETEs of what is there and kdist's (`job`: the
+    collection the training object is in, None when there is none), a look for its
+    ConfigMaps; then, to wait, list (+ watch while anything is left) per kind that can be
+    left over."""
+    calls = [("GET", KUBEFLOW), ("GET", f"{JOBS}/{name}")]
     if kubeflow:
-        calls.append(("DELETE", f"{PTJS}/{name}"))
+        calls.append(("GET", f"{PTJS}/{name}"))
     calls.append(("GET", f"{SVCS}/{name}"))
+    if job is not None:
+        calls.append(("DELETE", f"{job}/{name}"))
     if service:
         calls.append(("DELETE", f"{SVCS}/{name}"))
     calls.append(("GET", CONFIGMAPS))
@@ -180,7 +184,7 @@ def test_submit_replace_deletes_waits_then_creates(api, kdist, spec):
 def test_submit_replace_of_a_job_that_is_not_there(api, kdist, spec):
     out = kdist("submit", "--replace", "--no-wait", str(spec))
     assert out.code == 0, out.describe()
-    assert_calls(out, delete_calls("demo", service=False, wait=False)
+    assert_calls(out, delete_calls("demo", job=None, service=False, wait=False)
                  + [("POST", JOBS), ("POST", SVCS)])
 
 
@@ -244,7 +248,7 @@ def test_delete_a_pytorchjob(api, kdist):
     api.add(objects.pytorchjob("ptj"))
     out = kdist("delete", "ptj")
     assert out.code == 0, out.describe()
-    assert_calls(out, delete_calls("ptj", service=False))
+    assert_calls(out, delete_calls("ptj", job=PTJS, service=False))
     assert "pytorchjob.kubeflow.org/ptj" in out.stdout
     assert api.store.names("pytorchjobs") == []
 

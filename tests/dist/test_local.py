@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 from disttools import TINY, free_port
 
-from kdist.shared.errors import UsageError
 from kdist.local import run_local
 from kdist.spec import load_job
 
@@ -63,11 +62,58 @@ def test_two_node_ddp_job_runs_locally(tmp_path, monkeypatch):
     assert (ckpt / "latest").read_text().strip() == "step-40"
 
 
-@pytest.mark.timeout(30)
-def test_busy_port_is_refused_with_a_clear_message(tmp_path):
+@pytest.mark.timeout(90)
+def test_a_busy_port_is_replaced_by_a_free_one(tmp_path, monkeypatch, capsys):
+    """Two local runs on one machine (two notebooks) must not meet at one rendezvous."""
+    monkeypatch.chdir(tmp_path)
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", 0))
         holder.listen()
         port = holder.getsockname()[1]
-        with pytest.raises(UsageError, match=rf"port {port} \(spec.distributed.port\) is in use"):
-            run_local(load_job(write_job(tmp_path, port)))
+        job = load_job(write_job(tmp_path, port))
+        job = job.model_copy(update={"spec": job.spec.model_copy(update={
+            "nodes": 1, "checkpoint": None, "workload": job.spec.workload.model_copy(update={
+                "args": [*TINY, "--max-steps", "4", "--log-every", "2"]})})})
+        out = io.StringIO()
+        assert run_local(job, stdout=out) == 0, out.getvalue()
+    said = [line for line in capsys.readouterr().err.splitlines() if "in use" in line]
+    assert len(said) == 1 and said[0].startswith(
+        f"kdist: port {port} (spec.distributed.port) is in use here; this local run uses "
+        "port "), said
+    other = said[0].rsplit(" ", 1)[1]
+    assert other != str(port) and f"master 127.0.0.1:{other}" in out.getvalue()
+
+
+PROBE = Path(__file__).resolve().parents[1] / "compat" / "programs" / "env_probe.py"
+PROBE_JOB = """\
+apiVersion: kdist/v1alpha1
+kind: TrainingJob
+metadata: {{name: local-env}}
+spec:
+  image: kdist-train:test
+  nodes: 1
+  procsPerNode: 1
+  workload: {{command: [python, {probe}]}}
+  distributed: {{backend: gloo, port: {port}}}
+  resources: {{cpu: "1", memory: 1Gi}}
+"""
+
+
+@pytest.mark.timeout(60)
+def test_a_local_rank_gets_the_contract_not_the_shells_kdist_variables(tmp_path, monkeypatch):
+    """A pod never sees the user's shell: a stale KDIST_* (or RANK, TORCHELASTIC_*) there
+    must not reach a local run's ranks either; the user's own variables still do."""
+    monkeypatch.chdir(tmp_path)
+    stale = {"KDIST_PROGRESS_TIMEOUT": "1", "KDIST_CHECKPOINT_DIR": str(tmp_path / "stale"),
+             "KDIST_GPUS": "8", "TORCHELASTIC_RUN_ID": "stale", "PET_NNODES": "9"}
+    for name, value in {**stale, "MY_OWN_SETTING": "kept", "KDIST_FAULT_KILL_AT": "0:99"}.items():
+        monkeypatch.setenv(name, value)
+    path = tmp_path / "job.yaml"
+    path.write_text(PROBE_JOB.format(probe=json.dumps(str(PROBE)), port=free_port()))
+    out = io.StringIO()
+    assert run_local(load_job(path), stdout=out) == 0, out.getvalue()
+    [seen] = [json.loads(line.partition("ENV ")[2])["env"] for line in
+              out.getvalue().splitlines() if "ENV {" in line]
+    assert {k: seen[k] for k in stale if k in seen} == {"TORCHELASTIC_RUN_ID": "local-env"}
+    assert seen["MY_OWN_SETTING"] == "kept" and seen["KDIST_JOB_NAME"] == "local-env"
+    assert seen["KDIST_FAULT_KILL_AT"] == "0:99"  # the fault drills' hook, on purpose

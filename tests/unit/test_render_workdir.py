@@ -263,8 +263,9 @@ class FakeCluster(Cluster):
         except KeyError:
             raise JobNotFound(name) from None
 
-    def delete_object(self, kind, name, namespace):
-        self.get(kind, name, namespace)
+    def delete_object(self, kind, name, namespace, *, uid=None):
+        stored = self.get(kind, name, namespace)
+        assert uid == stored["metadata"].get("uid"), "each delete carries the uid checked"
         self.calls.append(("delete", kind.plural, name))
         del self.objects[(kind.kind, name)]
 

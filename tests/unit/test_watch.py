@@ -274,6 +274,40 @@ def test_reflector_raises_watch_errors_that_are_not_410():
         Reflector(ScriptedSource(script, stop), lambda k, o: None, stop).run()
 
 
+def test_reflector_counts_failures_of_every_shape_together():
+    """A 410, an ERROR event, a lone BOOKMARK and an empty end are none of them news: mixed,
+    they still add up to the bound (an ERROR event used to reset the count, a BOOKMARK to
+    count as progress, a 410 not to count at all). A successful list is not news either."""
+    stop = threading.Event()
+    bookmark = {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "7"}}}
+    error = {"type": "ERROR", "object": {"code": 500, "message": "etcd leader changed"}}
+    gone = {"type": "ERROR", "object": {"code": 410, "message": "too old"}}
+    listed = {"op": "list", "rv": "1", "items": []}
+    script = [listed, {"op": "watch", "events": [bookmark], "then": "end"},
+              {"op": "watch", "events": [error], "then": "end"},
+              {"op": "watch", "events": [], "then": "gone"}, listed,
+              {"op": "watch", "events": [bookmark, gone], "then": "end"}, listed,
+              {"op": "watch", "events": [], "then": "transient"}]
+    source = ScriptedSource(script, stop)
+    with pytest.raises(ClusterError, match="after 5 attempts in a row: connection reset"):
+        Reflector(source, lambda k, o: None, stop, Backoff(attempts=5, first=0)).run()
+    assert not source.script, "gave up early"
+
+
+def test_reflector_news_resets_the_count():
+    stop = threading.Event()
+    error = {"type": "ERROR", "object": {"code": 500, "message": "etcd leader changed"}}
+    pod = {"kind": "Pod", "metadata": {"name": "p", "resourceVersion": "9"}}
+    failing = [{"op": "watch", "events": [error], "then": "end"}] * 2
+    script = [{"op": "list", "rv": "1", "items": []}, *failing,
+              {"op": "watch", "events": [{"type": "ADDED", "object": pod}, error],
+               "then": "end"}, *failing]
+    seen: list[str] = []
+    Reflector(ScriptedSource(script, stop), lambda k, o: seen.append(k), stop,
+              Backoff(attempts=4, first=0)).run()  # never 4 in a row: ends with the script
+    assert seen == ["relist", "ADDED"]
+
+
 def test_wait_empty_returns_once_everything_is_deleted():
     stop = threading.Event()
     pods = load("relist_410")[0]["items"]

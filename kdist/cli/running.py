@@ -1,0 +1,125 @@
+"""`kdist run --local`'s last line: how the run ended, how long it took, its steps and loss.
+
+The step lines (docs/DESIGN.md, the workloads' JSON events) are read as they
+pass, from rank 0: through the live table's observer on a terminal, through a
+tee of stdout otherwise (bytes go on as the ranks wrote them). One line at the
+end, on a terminal and in a pipe alike: on stdout when the run succeeded (as
+`kdist submit` says "job X succeeded"), on stderr when it failed or was
+interrupted (Ctrl-C is "interrupted", exit 130, never "failed").
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import time
+from typing import IO, Any
+
+from kdist.cli.progress import duration
+from kdist.cli.say import say
+
+_RANK0 = "[rank 0] "
+MAX_LINE = 64 * 1024  # a step line is short; longer lines are not read for steps
+
+
+class RunSummary:
+    """Rank 0's last step and loss as the run's lines pass; `line()` says how it ended."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.started = time.monotonic()
+        self.step: int | None = None
+        self.loss: float | None = None
+        self.done = False
+
+    def feed(self, line: str) -> None:
+        if not line.startswith(_RANK0) or '{"event"' not in line:
+            return
+        try:
+            record = json.loads(line[len(_RANK0):])
+        except ValueError:
+            return
+        if not isinstance(record, dict) or record.get("event") not in ("step", "done"):
+            return
+        step, loss = record.get("step"), record.get("loss")
+        if isinstance(step, int) and not isinstance(step, bool):
+            self.step = step
+        if isinstance(loss, (int, float)) and not isinstance(loss, bool):
+            self.loss = float(loss)
+        self.done = self.done or record["event"] == "done"
+
+    def line(self, code: int, interrupted: int | None) -> str:
+        took = duration(time.monotonic() - self.started)
+        if interrupted is not None:
+            how = "Ctrl-C" if interrupted == signal.SIGINT else signal.Signals(interrupted).name
+            head = f"local run {self.name} interrupted ({how}) after {took}"
+        elif code == 0:
+            head = f"local run {self.name} succeeded in {took}"
+        else:
+            head = f"local run {self.name} failed (exit code {code}) after {took}"
+        if self.step is None:
+            return head
+        steps = f"{self.step} steps" if code == 0 and self.done else f"at step {self.step}"
+        loss = "" if self.loss is None else \
+            f", {'final' if code == 0 else 'last'} loss {self.loss:.4g}"
+        return f"{head}: {steps}{loss}"
+
+    def say(self, code: int, interrupted: int | None) -> None:
+        say(self.line(code, interrupted), err=code != 0)
+
+
+class _Bytes:
+    """The binary side of `Tee`: passes bytes on, feeds whole lines to the summary."""
+
+    def __init__(self, out: IO[bytes], summary: RunSummary) -> None:
+        self.out, self.summary = out, summary
+        self.pending = bytearray()
+
+    def write(self, data: bytes) -> int:
+        self.out.write(data)
+        self.pending += data
+        *lines, rest = bytes(self.pending).split(b"\n")
+        self.pending = bytearray(rest if len(rest) <= MAX_LINE else b"")
+        for raw in lines:
+            self.summary.feed(raw.decode("utf-8", errors="replace"))
+        return len(data)
+
+    def flush(self) -> None:
+        self.out.flush()
+
+
+class Tee:
+    """stdout for `run_local(stdout=)`: everything passes, step lines are read on the way."""
+
+    def __init__(self, summary: RunSummary, out: IO[str] | None = None) -> None:
+        self.out = out or sys.stdout
+        binary = getattr(self.out, "buffer", None)
+        self.buffer = None if binary is None else _Bytes(binary, summary)
+        self.summary = summary
+        self._text = ""
+
+    def write(self, text: str) -> int:
+        self.out.write(text)
+        *lines, self._text = (self._text + text).split("\n")
+        self._text = self._text[-MAX_LINE:]
+        for line in lines:
+            self.summary.feed(line)
+        return len(text)
+
+    def flush(self) -> None:
+        self.out.flush()
+
+
+class Sniffing:
+    """An observer (the live table) whose lines are read for the summary on their way."""
+
+    def __init__(self, inner: Any, summary: RunSummary) -> None:
+        self.inner, self.summary = inner, summary
+
+    def message(self, line: str) -> None:
+        self.summary.feed(line)
+        self.inner.message(line)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)

@@ -1,0 +1,44 @@
+"""Where `kdist run --local` keeps a job's state: ``.kdist/<name>`` in the current directory.
+
+A run clears parts of it (the last run's code and workspace, `kdist.local.local_workspace`;
+the workloads prune checkpoints), so none of it may be a symlink: clearing through one
+would delete files outside the project. Such a link is refused (UsageError, exit 2)
+before anything is deleted.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from kdist.shared.errors import UsageError
+
+#: What a local run clears or writes in `.kdist/<name>` (`local_workspace`, checkpoints).
+STATE_DIRS = ("code", "workspace", "checkpoints")
+
+
+def state_dir(job_name: str, cwd: Path) -> Path:
+    """`.kdist/<job_name>` under `cwd`; UsageError when `.kdist`, it or one of its
+    `STATE_DIRS` is a symlink, or `.kdist` or it is not a directory."""
+    state = cwd / ".kdist" / job_name
+    for path in (state.parent, state, *(state / d for d in STATE_DIRS)):
+        if path.is_symlink():
+            raise UsageError(f"{path} is a symlink; kdist keeps local runs' state there and "
+                             "will not follow it (remove the link)")
+    for path in (state.parent, state):
+        if path.exists() and not path.is_dir():
+            raise UsageError(f"{path}: kdist keeps local runs' state in this directory, but it "
+                             "is a file; move it away")
+    return state
+
+
+def local_checkpoint_dir(job: Any, cwd: Path) -> Path | None:
+    """Where a local run keeps checkpoints: `.kdist/<name>/checkpoints` under `cwd`.
+
+    The spec's path (e.g. /checkpoints) is a mount point inside the pods; on a
+    workstation it is usually not writable, and a second local run should
+    resume from the first one's checkpoints as a resubmitted job would.
+    """
+    if job.spec.checkpoint is None:
+        return None
+    return state_dir(job.metadata.name, cwd) / "checkpoints"

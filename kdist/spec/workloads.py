@@ -1,0 +1,134 @@
+"""What validate knows of kdist's own workloads, without importing torch.
+
+`kdist.workloads.ddp`, `pipeline` and `fsdp` parse their flags with argparse
+after torch is imported; a typo there (`kdist.workloads.dpp`, `--maxsteps`)
+would surface only once the pods are scheduled. This table holds their module
+names and flags, so validate refuses those at once with a did-you-mean.
+tests/dist/test_workload_table.py fails when it and the real parsers
+(`build_parser()`) disagree. The rules are argparse's: `--flag value`,
+`--flag=value`, a unique prefix of a flag (`--max-step`), negative numbers as
+values, and nothing positional.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Sequence
+
+PACKAGE = "kdist.workloads."
+
+_LOOP = ("--max-steps", "--batch-size", "--lr", "--momentum", "--seed", "--log-every",
+         "--checkpoint-every", "--checkpoint-dir", "--keep-checkpoints", "--step-delay",
+         "--dataset-size")
+_MLP = ("--features", "--classes", "--hidden", "--layers", "--dtype")
+_TRANSFORMER = ("--hidden", "--layers", "--heads", "--ffn", "--seq-len", "--vocab")
+
+#: Every runnable workload: its flags that take a value, and those that take none.
+WORKLOADS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
+    "ddp": (frozenset(_LOOP + _MLP + ("--bucket-cap-mb", "--grad-compression")),
+            frozenset({"-h", "--help"})),
+    "pipeline": (frozenset(_LOOP + _MLP + ("--schedule", "--microbatches", "--stages")),
+                 frozenset({"-h", "--help"})),
+    "fsdp": (frozenset(_LOOP + _TRANSFORMER + ("--tp", "--dtype", "--weight-decay")),
+             frozenset({"-h", "--help", "--activation-checkpointing"})),
+}
+
+# argparse's test for a token that is a value although it starts with "-".
+_NEGATIVE = re.compile(r"-\d+$|-\d*\.\d+$")
+
+
+def workload_name(module: str | None) -> str | None:
+    """The workload's short name when `module` is under kdist.workloads., else None."""
+    return module[len(PACKAGE):] if module and module.startswith(PACKAGE) else None
+
+
+def module_problem(module: str | None) -> str | None:
+    """Why `module` under kdist.workloads. is none of kdist's workloads (None: it is one,
+    or it is not under kdist.workloads.)."""
+    name = workload_name(module)
+    if name is None or name in WORKLOADS:
+        return None
+    known = [PACKAGE + n for n in sorted(WORKLOADS)]
+    close = difflib.get_close_matches(str(module), known, n=1)
+    hint = f"did you mean {close[0]!r}?" if close else f"kdist's workloads: {', '.join(known)}"
+    return f"{module!r} is not one of kdist's workloads ({hint})"
+
+
+def args_problems(module: str | None, args: Sequence[str]) -> list[tuple[int, str]]:
+    """(index into `args`, why) for each argument kdist's workload `module` would refuse."""
+    name = workload_name(module)
+    if name not in WORKLOADS:
+        return []
+    valued, flags = WORKLOADS[name]
+    out: list[tuple[int, str]] = []
+    i = 0
+    while i < len(args):
+        token = args[i]
+        if token == "--":
+            out.append((i, "'--' ends the options: argparse takes no positional argument here"))
+            break
+        if not token.startswith("-") or _NEGATIVE.fullmatch(token):
+            out.append((i, f"unexpected argument {token!r}: {module} takes only --flags"))
+            i += 1
+            continue
+        flag, eq, _ = token.partition("=")
+        full, why = _resolve(flag, valued | flags, module)
+        if full is None:
+            out.append((i, why))
+            if not eq and i + 1 < len(args) and not args[i + 1].startswith("--"):
+                i += 1  # its value, most likely: one problem, not two
+        elif full in valued and not eq:
+            value = args[i + 1] if i + 1 < len(args) else None
+            if value is None or (value.startswith("-") and not _NEGATIVE.fullmatch(value)):
+                out.append((i, f"{token} needs a value"))
+            else:
+                i += 1
+        elif full in flags and eq:
+            out.append((i, f"{full} takes no value"))
+        i += 1
+    return out
+
+
+def _resolve(flag: str, known: frozenset[str], module: str | None) -> tuple[str | None, str]:
+    """The flag `flag` names (exact, or a unique prefix as argparse allows), or why none."""
+    if flag in known:
+        return flag, ""
+    if flag.startswith("--"):
+        prefixed = sorted(k for k in known if k.startswith(flag) and k.startswith("--"))
+        if len(prefixed) == 1:
+            return prefixed[0], ""
+        if prefixed:
+            return None, f"{flag} is ambiguous: it could be {', '.join(prefixed)}"
+    close = difflib.get_close_matches(flag, sorted(known - {"-h", "--help"}), n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return None, f"unknown argument {flag!r} of {module}{hint}"
+
+
+def checkpoint_every_ignored(module: str | None, args: Sequence[str],
+                             has_checkpoint: bool) -> int | None:
+    """The index of --checkpoint-every when kdist's workload will write no checkpoint: no
+    spec.checkpoint and no --checkpoint-dir (the workloads write none without a directory)."""
+    name = workload_name(module)
+    if name not in WORKLOADS or has_checkpoint:
+        return None
+    valued, flags = WORKLOADS[name]
+    named = {i: _resolve(a.partition("=")[0], valued | flags, module)[0]
+             for i, a in enumerate(args) if a.startswith("--")}
+    if "--checkpoint-dir" in named.values():
+        return None
+    return next((i for i, full in named.items() if full == "--checkpoint-every"), None)
+
+
+_SCRIPT = re.compile(r"[^-].*\.(py|sh)|\.\.?/.+")
+
+
+def relative_script(command: Sequence[str] | None) -> int | None:
+    """The index in `command` of a script named by a relative path (train.py, ./run.sh,
+    src/train.py), None when there is none."""
+    for i, token in enumerate(command or []):
+        if i and command and command[i - 1] == "-m":
+            return None  # python -m pkg.mod: a module, found on the path
+        if not token.startswith("/") and _SCRIPT.fullmatch(token):
+            return i
+    return None

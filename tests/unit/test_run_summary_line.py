@@ -1,0 +1,56 @@
+"""The last line of `kdist run --local`: read from rank 0's step lines as they pass."""
+
+from __future__ import annotations
+
+import io
+import json
+import signal
+
+from kdist.cli.running import RunSummary, Tee
+
+
+def step(event: str, n: int, loss: float | None = None, rank: int = 0) -> str:
+    record = {"event": event, "step": n, "rank": rank}
+    if loss is not None:
+        record["loss"] = loss
+    return f"[rank {rank}] {json.dumps(record)}\n"
+
+
+def test_succeeded_failed_interrupted():
+    s = RunSummary("demo")
+    for line in (step("step", 10, 0.9), step("step", 20, 0.5), step("step", 30, 9.0, rank=1),
+                 step("done", 20, 0.4)):
+        s.feed(line.rstrip("\n"))
+    assert s.line(0, None).startswith("local run demo succeeded in ")
+    assert s.line(0, None).endswith(": 20 steps, final loss 0.4")
+    assert " failed (exit code 1) after " in s.line(1, None)
+    assert s.line(1, None).endswith(": at step 20, last loss 0.4")
+    stopped = s.line(130, signal.SIGINT)
+    assert stopped.startswith("local run demo interrupted (Ctrl-C) after ")
+    assert "fail" not in stopped
+    assert "interrupted (SIGTERM)" in s.line(143, signal.SIGTERM)
+
+
+def test_no_step_lines_no_steps():
+    s = RunSummary("script")
+    s.feed("[rank 0] hello")
+    s.feed('[rank 0] {"event": "step", "step": true}')
+    assert s.line(0, None).split(" in ")[0] == "local run script succeeded"
+    assert ":" not in s.line(0, None).split(" in ", 1)[1]
+
+
+class Binary(io.BytesIO):
+    pass
+
+
+def test_tee_passes_bytes_as_written_and_reads_the_lines():
+    raw = Binary()
+    text = io.TextIOWrapper(raw, encoding="utf-8")
+    s = RunSummary("demo")
+    tee = Tee(s, text)
+    data = step("step", 5, 0.25).encode()
+    tee.buffer.write(b"[rank 0] bad \xff\n" + data[:7])  # a line in pieces
+    tee.buffer.write(data[7:])
+    tee.flush()
+    assert raw.getvalue() == b"[rank 0] bad \xff\n" + data
+    assert (s.step, s.loss) == (5, 0.25)

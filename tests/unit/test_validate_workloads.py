@@ -1,0 +1,118 @@
+"""validate knows kdist's own workloads: a misspelt module or flag is exit 2 with a
+did-you-mean, naming the field; a script the pods cannot find and a --checkpoint-every that
+writes nothing are warned about (exit 0). None of it imports torch."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from kdist.cli import main
+from tests.unit.golden import ROOT
+from tests.unit.helpers import spec_with, write_spec
+
+
+def validate(tmp_path, **changes):
+    path = write_spec(tmp_path, spec_with(**changes))
+    return path, CliRunner().invoke(main, ["validate", str(path)])
+
+
+def errors(res) -> list[str]:
+    return [line for line in res.output.splitlines() if line.startswith("error:")]
+
+
+def warnings(res) -> list[str]:
+    return [line for line in res.output.splitlines() if line.startswith("warning:")]
+
+
+def test_an_unknown_kdist_workload_is_refused_with_did_you_mean(tmp_path):
+    path, res = validate(tmp_path, **{"spec.workload.module": "kdist.workloads.dpp"})
+    assert res.exit_code == 2, res.output
+    assert errors(res) == [f"error: {path}: spec.workload.module: 'kdist.workloads.dpp' is not "
+                           "one of kdist's workloads (did you mean 'kdist.workloads.ddp'?)"]
+
+
+def test_a_helper_module_is_not_a_workload(tmp_path):
+    _, res = validate(tmp_path, **{"spec.workload.module": "kdist.workloads.common"})
+    assert res.exit_code == 2 and "spec.workload.module" in res.output, res.output
+
+
+def test_a_users_own_module_is_not_judged(tmp_path):
+    _, res = validate(tmp_path, **{"spec.workload.module": "mypkg.train",
+                                   "spec.workload.args": ["--maxsteps", "5"]})
+    assert res.exit_code == 0, res.output
+
+
+def test_an_unknown_workload_arg_is_refused_naming_its_index(tmp_path):
+    path, res = validate(tmp_path, **{"spec.workload.args": ["--lr", "0.1", "--maxsteps", "5"]})
+    assert res.exit_code == 2, res.output
+    assert errors(res) == [f"error: {path}: spec.workload.args[2]: unknown argument "
+                           "'--maxsteps' of kdist.workloads.ddp (did you mean '--max-steps'?)"]
+
+
+@pytest.mark.parametrize("module,args,problems", [
+    ("ddp", ["--max-steps=5", "--lr", "-0.5", "--grad-compression", "bf16"], []),
+    ("ddp", ["--max-step", "5"], []),  # argparse takes a unique prefix
+    ("ddp", ["--check", "5"], [(0, "ambiguous")]),
+    ("ddp", ["--max-steps"], [(0, "needs a value")]),
+    ("ddp", ["--max-steps", "--lr", "1"], [(0, "needs a value")]),
+    ("ddp", ["5"], [(0, "unexpected argument '5'")]),
+    ("fsdp", ["--activation-checkpointing", "--tp", "2"], []),
+    ("fsdp", ["--activation-checkpointing=yes"], [(0, "takes no value")]),
+    ("fsdp", ["--schedule", "1f1b"], [(0, "unknown argument '--schedule'")]),
+    ("pipeline", ["--schedule", "gpipe", "--stages", "2"], []),
+])
+def test_argparse_rules(module, args, problems):
+    from kdist.spec.workloads import args_problems
+
+    got = args_problems(f"kdist.workloads.{module}", args)
+    assert [i for i, _ in got] == [i for i, _ in problems], got
+    for (_, why), (_, want) in zip(got, problems, strict=True):
+        assert want in why
+
+
+def test_a_relative_script_without_workdir_is_warned_about(tmp_path):
+    path, res = validate(tmp_path, **{"spec.workload": {"command": ["python", "train.py"]}})
+    assert res.exit_code == 0, res.output
+    [line] = warnings(res)
+    assert line.startswith(f"warning: {path}: spec.workload.command[1]: 'train.py' is a "
+                           "relative path") and "look for it in the image" in line
+    for quiet in ({"command": ["python", "/app/train.py"]},
+                  {"command": ["python", "-m", "mypkg.train"]}):
+        _, res = validate(tmp_path, **{"spec.workload": quiet})
+        assert res.exit_code == 0 and not warnings(res), res.output
+    (tmp_path / "code").mkdir()
+    _, res = validate(tmp_path, **{"spec.workload": {"command": ["python", "train.py"]},
+                                   "spec.workdir": "code"})
+    assert res.exit_code == 0 and not warnings(res), res.output
+
+
+def test_checkpoint_every_without_a_directory_is_warned_about(tmp_path):
+    path, res = validate(tmp_path, **{"spec.workload.args": ["--checkpoint-every", "10"]})
+    assert res.exit_code == 0, res.output
+    assert warnings(res) == [f"warning: {path}: spec.workload.args[0]: --checkpoint-every is "
+                             "given but no checkpoint will be written: there is no "
+                             "spec.checkpoint (nor --checkpoint-dir)"]
+    for changes in ({"spec.workload.args": ["--checkpoint-every", "10",
+                                            "--checkpoint-dir", "/tmp/c"]},
+                    {"spec.workload.args": ["--checkpoint-every", "10"],
+                     "spec.checkpoint": {"path": "/ckpt", "volume": {
+                         "persistentVolumeClaim": {"claimName": "c"}}}}):
+        _, res = validate(tmp_path, **changes)
+        assert res.exit_code == 0 and not warnings(res), res.output
+
+
+def test_validate_imports_no_torch(tmp_path):
+    path = write_spec(tmp_path, spec_with(**{"spec.workload.args": ["--maxsteps", "5"]}))
+    code = ("import sys\nfrom kdist.cli import main\n"
+            "try:\n    main(['validate', sys.argv[1]])\nexcept SystemExit as e:\n"
+            "    assert 'torch' not in sys.modules, 'validate imported torch'\n"
+            "    raise SystemExit(e.code)\n")
+    res = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True,
+                         text=True, cwd=ROOT)
+    assert res.returncode == 2, res.stderr
+    assert "did you mean '--max-steps'" in res.stderr and "validate imported torch" not in \
+        res.stderr
