@@ -19,6 +19,7 @@ import gzip
 import hashlib
 import io
 import os
+import posixpath
 import re
 import tarfile
 import zlib
@@ -118,21 +119,25 @@ def check_members(members: list[tarfile.TarInfo]) -> None:
     """Refuse, before anything is written, an archive kdist's packer cannot have made.
 
     Only regular files, directories and relative symlinks; no absolute names, no
-    ``..``, no duplicate names, no set-id or sticky bits, at most MAX_FILES members.
+    ``..``, no two names for one path (``a`` and ``./a``: extraction would let the
+    later win), no set-id or sticky bits, at most MAX_FILES members.
     Link targets are checked lexically here; links through links are caught at
     extraction against the real tree (``_safe_extract``).
     """
     if len(members) > MAX_FILES:
         raise UnpackError(f"shipped code has {len(members)} entries, at most {MAX_FILES}")
-    seen: set[str] = set()
+    seen: dict[str, str] = {}  # the path a name extracts to -> the first name for it
     for m in members:
         name = m.name
         problem = code_name_problem(name)
         if problem is not None:
             raise UnpackError(f"shipped code has {problem} {name!r}; refused")
-        if name in seen:
-            raise UnpackError(f"shipped code has {name!r} twice; refused")
-        seen.add(name)
+        path = posixpath.normpath(name)
+        if path in seen:
+            first = seen[path]
+            said = f"{name!r} twice" if first == name else f"{first!r} and {name!r}, one path"
+            raise UnpackError(f"shipped code has {said}; refused")
+        seen[path] = name
         if m.mode & ~0o777:
             raise UnpackError(f"shipped code has special mode bits on {name!r}; refused")
         if m.issym():

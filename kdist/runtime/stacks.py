@@ -6,8 +6,11 @@ a collective; a rank may even print on its way into the hang, after the others'
 last line. Their stacks can: the workers' ``sitehook`` registers ``faulthandler``
 for ``DUMP_SIGNAL``, the launcher sends it to each local rank that handles it
 (``/proc``: a worker that exec'd a shell would die of it), and each prints every
-thread's stack into its pipe (the log shows them). A rank with no thread inside
-``torch/distributed/`` is the one that hung; the others wait on it.
+thread's stack into its pipe (the log shows them). A rank whose *main* thread
+waits inside ``torch/distributed/`` waits for a peer; one whose main thread is
+elsewhere is the one that hung. Its other threads do not count either way: a
+DataLoader's queue feeders idle outside torch.distributed in every rank, and a
+background thread may sit in a store call while the main thread is stuck.
 """
 
 from __future__ import annotations
@@ -22,15 +25,21 @@ from dataclasses import dataclass
 DUMP_SIGNAL = signal.SIGRTMIN + 5  # sitecustomize.DUMP_SIGNAL_OFFSET
 _HEADER = re.compile(r"^(?:Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\):$")
 _FRAME = re.compile(r'^\s+File "(.*)", line (\d+) in (.*)$')
+# Also in a dump: a thread's frames cut at faulthandler's depth limit, a thread
+# with no Python frame (a C thread holding a thread state).
+_OTHER = re.compile(r"^\s+(?:\.\.\.|<[^>]*>)$")
 _DIST = "/torch/distributed/"
+# Faulthandler writes a dump at once; the launcher's reader may take a moment to
+# have all of it: a rank's output that stays the same this long holds the whole dump.
+SETTLE_S = 0.3
 
 
 @dataclass(frozen=True)
 class Stacks:
     """What one rank's dump shows."""
 
-    in_collective: bool  # some thread's innermost frame is in torch.distributed
-    where: str  # the innermost frame of its first thread outside torch: "hang.py:31 in <module>"
+    in_collective: bool  # the main thread's innermost frame is in torch.distributed
+    where: str  # the main thread's innermost frame outside torch: "hang.py:31 in <module>"
 
 
 def handles(pid: int, sig: int = DUMP_SIGNAL) -> bool:
@@ -49,8 +58,24 @@ def _dumps(tail: str) -> int:
     return sum(1 for line in tail.splitlines() if _HEADER.match(line))
 
 
+def _in_dump(line: str) -> bool:
+    return not line.strip() or bool(_FRAME.match(line) or _OTHER.match(line))
+
+
+def _started_by_threading(frames: list[tuple[str, str, str]]) -> bool:
+    """Whether a thread's outermost frame is ``threading``'s bootstrap (any thread the
+    script or a library started; never the main thread)."""
+    path, _, func = frames[-1]
+    return path.endswith("/threading.py") and func in ("_bootstrap", "_bootstrap_inner")
+
+
 def parse(tail: str) -> Stacks | None:
-    """The last dump in a rank's output, or None when it shows none."""
+    """What the main thread does in the last dump of a rank's output; None when the
+    output shows no dump, or not (yet) the main thread's part of it.
+
+    Faulthandler lists the threads newest first: the main thread, the oldest, is the
+    last block that ``threading`` did not start.
+    """
     lines = tail.splitlines()
     starts = [i for i, line in enumerate(lines) if _HEADER.match(line)]
     if not starts:
@@ -59,8 +84,7 @@ def parse(tail: str) -> Stacks | None:
     first = starts[-1]
     while True:
         earlier = [i for i in starts if i < first]
-        if not earlier or any(lines[j].strip() and not _FRAME.match(lines[j])
-                              for j in range(earlier[-1] + 1, first)):
+        if not earlier or not all(_in_dump(lines[j]) for j in range(earlier[-1] + 1, first)):
             break
         first = earlier[-1]
     threads: list[list[tuple[str, str, str]]] = []
@@ -69,19 +93,14 @@ def parse(tail: str) -> Stacks | None:
             threads.append([])
         elif (m := _FRAME.match(line)) and threads:
             threads[-1].append((m.group(1), m.group(2), m.group(3)))
-    threads = [t for t in threads if t]
-    if not threads:
+    main = [t for t in threads if t and not _started_by_threading(t)]
+    if not main:
         return None
-    in_dist = any(_DIST in t[0][0] for t in threads)
-    where = ""
-    for t in threads:
-        for path, line_no, func in t:
-            if "/torch/" not in path and "/threading.py" not in path:
-                where = f"{os.path.basename(path)}:{line_no} in {func}"
-                break
-        if where:
-            break
-    return Stacks(in_dist, where)
+    frames = main[-1]
+    where = next((f"{os.path.basename(path)}:{line_no} in {func}"
+                  for path, line_no, func in frames
+                  if "/torch/" not in path and not path.endswith("/threading.py")), "")
+    return Stacks(_DIST in frames[0][0], where)
 
 
 def dump(pids: Sequence[int], tails: Callable[[int], str], wait_s: float = 2.0,
@@ -97,10 +116,21 @@ def dump(pids: Sequence[int], tails: Callable[[int], str], wait_s: float = 2.0,
                 asked.append(i)
             except OSError:
                 pass
-    deadline = clock() + wait_s
-    while asked and clock() < deadline and \
-            any(_dumps(tails(i)) <= before[i] for i in asked):
-        time.sleep(0.05)
-    time.sleep(0.2)  # the rest of the last thread's frames
+    _settle(asked, tails, before, clock() + wait_s, clock)
     return [parse(tails(i)) if i in asked and _dumps(tails(i)) > before[i] else None
             for i in range(len(pids))]
+
+
+def _settle(asked: list[int], tails: Callable[[int], str], before: list[int],
+            deadline: float, clock: Callable[[], float]) -> None:
+    """Until every asked rank's output shows a new dump and has not changed for
+    ``SETTLE_S`` (the whole dump read, not its first threads only), or ``deadline``."""
+    seen: dict[int, str] = {}
+    changed = clock()
+    while asked and clock() < deadline:
+        now = {i: tails(i) for i in asked}
+        if now != seen:
+            seen, changed = now, clock()
+        elif all(_dumps(seen[i]) > before[i] for i in asked) and clock() - changed >= SETTLE_S:
+            return
+        time.sleep(0.05)

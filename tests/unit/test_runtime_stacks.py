@@ -83,3 +83,110 @@ def test_parse_reads_the_last_dump_only():
     got = stacks.parse(first + "step 9\n" + second)
     assert got == stacks.Stacks(in_collective=False, where="train.py:40 in <module>")
     assert stacks.parse("no dump here\n") is None
+
+
+# --- the main thread decides (issue 38) --------------------------------------------------
+# Sampled from two real gloo ranks with DataLoader workers alive (num_workers=2): rank 1
+# stopped in its loop, rank 0 waits for it in all_reduce. Each rank's two queue feeder
+# threads idle outside torch.distributed; faulthandler lists them before the main thread.
+PY = "/usr/lib/python3.11"
+TORCH = f"{PY}/site-packages/torch"
+FEEDER = (
+    "Thread 0x00007ff9677fe6c0 (most recent call first):\n"
+    f'  File "{PY}/threading.py", line 327 in wait\n'
+    f'  File "{PY}/multiprocessing/queues.py", line 231 in _feed\n'
+    f'  File "{PY}/threading.py", line 982 in run\n'
+    f'  File "{PY}/threading.py", line 1045 in _bootstrap_inner\n'
+    f'  File "{PY}/threading.py", line 1002 in _bootstrap\n'
+    "\n")
+RANK0 = (
+    "step 4 loss 0.31\n" + FEEDER + FEEDER.replace("7ff9677fe6c0", "7ff971fff6c0") +
+    "Current thread 0x00007ffa277beb80 (most recent call first):\n"
+    f'  File "{TORCH}/distributed/distributed_c10d.py", line 4181 in all_reduce\n'
+    f'  File "{TORCH}/distributed/c10d_logger.py", line 83 in wrapper\n'
+    '  File "/app/train.py", line 9 in <module>\n')
+RANK1 = (
+    FEEDER + FEEDER.replace("7ff9677fe6c0", "7faf6e3ff6c0") +
+    "Current thread 0x00007fb023a3fb80 (most recent call first):\n"
+    '  File "/app/train.py", line 11 in <module>\n')
+
+
+def test_a_rank_whose_main_thread_waits_in_a_collective_waits_for_a_peer():
+    assert stacks.parse(RANK0) == stacks.Stacks(in_collective=True,
+                                                where="train.py:9 in <module>")
+    # The rank that hung is named where its main thread stopped, not at a feeder thread.
+    assert stacks.parse(RANK1) == stacks.Stacks(in_collective=False,
+                                                where="train.py:11 in <module>")
+
+
+def test_another_thread_in_torch_distributed_does_not_make_a_stuck_rank_wait():
+    store_thread = (
+        "Thread 0x00007f0000000002 (most recent call first):\n"
+        f'  File "{TORCH}/distributed/distributed_c10d.py", line 4900 in barrier\n'
+        '  File "/app/heartbeat.py", line 12 in beat\n'
+        f'  File "{PY}/threading.py", line 982 in run\n'
+        f'  File "{PY}/threading.py", line 1045 in _bootstrap_inner\n'
+        f'  File "{PY}/threading.py", line 1002 in _bootstrap\n'
+        "\n")
+    stuck = (store_thread + "Current thread 0x00007f0000000001 (most recent call first):\n"
+             f'  File "{TORCH}/utils/data/dataloader.py", line 1133 in _try_get_data\n'
+             '  File "/app/train.py", line 40 in <module>\n')
+    assert stacks.parse(stuck) == stacks.Stacks(in_collective=False,
+                                                where="train.py:40 in <module>")
+
+
+def test_a_dump_read_only_up_to_its_feeder_threads_tells_nothing_yet():
+    partial = RANK0[:RANK0.index("Current thread")]
+    assert stacks.parse(partial) is None  # not "stopped at queues.py:231 in _feed"
+
+
+def test_cut_frames_and_c_threads_stay_part_of_the_dump():
+    c_thread = "Thread 0x00007f0000000003 (most recent call first):\n  <no Python frame>\n\n"
+    deep = ("Thread 0x00007f0000000004 (most recent call first):\n"
+            f'  File "{PY}/threading.py", line 327 in wait\n  ...\n\n')
+    text = RANK1.replace("Current thread", c_thread + deep + "Current thread")
+    main_last = stacks.parse(RANK0.replace("Current thread", c_thread + deep + "Current thread"))
+    assert main_last == stacks.Stacks(True, "train.py:9 in <module>")
+    assert stacks.parse(text) == stacks.Stacks(False, "train.py:11 in <module>")
+
+
+WAITS_WITH_FEEDERS = """
+import sys, threading, time
+cv = threading.Condition()
+def _feed():
+    with cv:
+        cv.wait()
+for _ in range(2):
+    threading.Thread(target=_feed, daemon=True).start()
+code = compile("def all_reduce():\\n    while True: time.sleep(1)\\n",
+               "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", "exec")
+ns = {"time": time}
+exec(code, ns)
+print("ready", flush=True)
+ns["all_reduce"]()
+"""
+
+
+class SlowReader:
+    """A rank's output as a busy launcher's reader has it: the dump one line per 50 ms."""
+
+    def __init__(self, log: Path) -> None:
+        self.log, self.since = log, 0.0
+
+    def __call__(self, i: int) -> str:
+        lines = self.log.read_text().splitlines(keepends=True)
+        first = next((n for n, line in enumerate(lines) if "most recent call" in line), None)
+        if first is None:
+            return "".join(lines)
+        self.since = self.since or time.monotonic()
+        return "".join(lines[:first + 1 + int((time.monotonic() - self.since) / 0.05)])
+
+
+def test_the_whole_dump_is_read_before_a_rank_is_judged(tmp_path):
+    waiting, log = _start(tmp_path, "waiting", WAITS_WITH_FEEDERS)
+    try:
+        found = stacks.dump([waiting.pid], SlowReader(log), wait_s=5.0)
+        assert found == [stacks.Stacks(in_collective=True, where="waiting.py:14 in <module>")]
+    finally:
+        waiting.kill()
+        waiting.wait()

@@ -24,12 +24,13 @@ from kdist.launch_code import (
     part_key,
     unpack,
     unpack_from_env,
+    use_shipped_code,
 )
 from kdist.rendering.code_configmaps import CHUNK_BYTES, code_volume, to_configmaps
 from kdist.rendering.workdir import MTIME, Packed, WorkdirError, pack
 from kdist.shared import env as E
 from kdist.shared import labels as L
-from kdist.shared.errors import SpecError
+from kdist.shared.errors import LaunchError, SpecError
 from kdist.shared.names import DNS1123_SUBDOMAIN
 
 LABELS = {"kdist.dev/job-name": "train", "app.kubernetes.io/managed-by": "kdist"}
@@ -489,6 +490,10 @@ SYM = tarfile.SYMTYPE
     ([("fifo", b"", {"type": tarfile.FIFOTYPE})], "neither a file"),
     ([("suid", b"x", {"mode": 0o4755})], "special mode bits"),
     ([("a.py", b"1", {}), ("a.py", b"2", {})], "'a.py' twice"),
+    # Two names, one path: extraction would let the later one win.
+    ([("a", b"1", {}), ("./a", b"2", {})], "'a' and './a', one path"),
+    ([("d/a", b"1", {}), ("d//./a", b"2", {})], "'d/a' and 'd//./a', one path"),
+    ([("d", b"", {"type": tarfile.DIRTYPE, "mode": 0o755}), ("./d/", b"x", {})], "one path"),
     # Each link alone stays inside; together `e` leaves: caught against the real tree.
     ([("sub", b"", {"type": tarfile.DIRTYPE, "mode": 0o755}),
       ("sub/up", b"", {"type": SYM, "linkname": ".."}),
@@ -502,6 +507,20 @@ def test_hostile_archives_are_refused(tmp_path, entries, problem):
         unpack([parts_dir(tmp_path, archive)], sha, dest)
     assert not (tmp_path / "evil.txt").exists() and not (tmp_path / "box" / "evil.txt").exists()
     assert not Path("/tmp/evil.txt").exists()
+
+
+def test_two_names_for_one_path_fail_the_launcher_with_exit_2(tmp_path, monkeypatch):
+    """`a` then `./a`: extracted, the later one would silently win; the launcher refuses
+    the archive (LaunchError, exit 2) and writes nothing."""
+    archive, sha = hostile(("a", b"first", {}), ("./a", b"second", {}))
+    monkeypatch.chdir(tmp_path)  # use_shipped_code would move into the code dir
+    environ = {E.CODE_SHA256: sha, E.CODE_SRC: str(parts_dir(tmp_path, archive)),
+               E.CODE_DIR: str(tmp_path / "ws")}
+    with pytest.raises(LaunchError, match=r"^shipped code has 'a' and './a', one path; "
+                                          r"refused$") as e:
+        use_shipped_code(environ)
+    assert e.value.exit_code == 2
+    assert not any((tmp_path / "ws").iterdir())
 
 
 @pytest.fixture

@@ -24,6 +24,18 @@ It also lets the launcher ask for every thread's Python stack at a hang
 (``kdist.runtime.stacks``): ``faulthandler`` prints them to stderr on
 ``DUMP_SIGNAL``, a real-time signal nothing else uses.
 
+And it ends a process group the script left alive when the worker exits
+(``end_group_at_exit``). Most scripts never call ``destroy_process_group``; then
+gloo's worker threads can still hold a finished collective's tensors when the
+interpreter finalizes, and the thread that drops them needs the GIL that
+finalization no longer hands out: ``terminate called without an active
+exception``, SIGABRT, a rank whose work succeeded counted as failed. Destroyed
+from an ``atexit`` handler registered here, before the script's own (so it runs
+after them), the group's threads are joined while Python is whole; the exit
+code and the rest of finalization stay Python's. (Python 3.12 lets no atexit
+handler start the thread that bounds the destroy: there the threads only get a
+moment, with the GIL free, to drop what they hold.)
+
 This module shadows any other ``sitecustomize`` (an image may ship one), so
 it runs that one too, afterwards. Standard library only; never fails the
 worker: a problem is one line on stderr.
@@ -31,6 +43,7 @@ worker: a problem is one line on stderr.
 
 from __future__ import annotations
 
+import atexit
 import importlib.abc
 import importlib.machinery
 import importlib.util
@@ -44,6 +57,13 @@ PG_TIMEOUT = "KDIST_PG_TIMEOUT"  # kdist.shared.env.PG_TIMEOUT; this file import
 STORE_FD = "KDIST_STORE_FD"  # kdist.runtime.workers.STORE_FD
 DUMP_SIGNAL_OFFSET = 5  # kdist.runtime.stacks.DUMP_SIGNAL = SIGRTMIN + 5
 DEFAULT_STORE_TIMEOUT_S = 300
+# At exit: how long destroying a leftover gloo group may take before the worker ends
+# anyway (``_end_group``); then how long the threads of a group the script still
+# holds (a DDP model in a global: destroy cannot free it) get to drop their last
+# tensors while Python is whole.
+END_GROUP_S = 10
+END_GROUP_GRACE_S = 0.1
+_PID = os.getpid()
 _served: list[Any] = []  # the store server, alive as long as this process
 
 
@@ -162,6 +182,59 @@ def dump_stacks_on_signal() -> None:
                           all_threads=True, chain=False)
 
 
+def end_group_at_exit() -> None:
+    atexit.register(_end_group)
+
+
+def _end_group() -> None:
+    """Destroy the default process group if the script left it (see the module's doc)."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or os.getpid() != _PID:  # a forked child: the group's threads are not here
+        return
+    try:
+        # gloo's only: NCCL's teardown is the script's and NCCL's own (in some NCCL
+        # versions destroying a communicator waits for every rank).
+        if not (dist.is_available() and dist.is_initialized()) or dist.get_backend() != "gloo":
+            return
+    except Exception:
+        return
+    import threading
+    import time
+
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    # In a thread, so that a destroy that waits (a collective still queued for a peer
+    # that never joins it) cannot hold the exit, or its code, hostage.
+    helper = threading.Thread(target=_destroy, args=(dist,), name="kdist-end-group",
+                              daemon=True)
+    try:
+        helper.start()
+    except RuntimeError:  # Python 3.12 starts no thread at exit: the grace alone
+        pass
+    else:
+        helper.join(END_GROUP_S)
+        if helper.is_alive():
+            print(f"kdist: sitecustomize: destroy_process_group did not return within "
+                  f"{END_GROUP_S}s at exit (a collective still waits for a peer); "
+                  f"exiting without it", file=sys.stderr, flush=True)
+            return
+    time.sleep(END_GROUP_GRACE_S)  # the GIL is free: gloo threads drop what they hold
+
+
+def _destroy(dist: Any) -> None:
+    import gc
+
+    try:
+        gc.collect()  # a group held only by reference cycles (DDP's) is freed with it
+        dist.destroy_process_group()
+    except Exception as e:
+        print(f"kdist: sitecustomize: destroy_process_group at exit: {type(e).__name__}: {e}",
+              file=sys.stderr, flush=True)
+
+
 def chain() -> None:
     """Run the next ``sitecustomize`` on ``sys.path`` (the image's), which this one shadows."""
     here = os.path.dirname(os.path.abspath(__file__))
@@ -174,7 +247,7 @@ def chain() -> None:
     spec.loader.exec_module(module)
 
 
-for _step in (install, dump_stacks_on_signal, chain):
+for _step in (install, dump_stacks_on_signal, end_group_at_exit, chain):
     try:
         _step()
     except Exception as _e:  # a worker must start whatever happens here

@@ -28,6 +28,17 @@ def world_sum(scale: float, *, tag: str = "") -> dict:
         dist.destroy_process_group()
 
 
+def world_sum_left_alive() -> dict:
+    """As most functions do: start the group, never destroy it (tests/dist/test_exit.py)."""
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    total = torch.tensor([float(dist.get_rank() + 1)])
+    dist.all_reduce(total)
+    return {"rank": dist.get_rank(), "sum": total.item()}
+
+
 def fail_on(rank_to_fail: int) -> int:
     rank = int(os.environ["RANK"])
     if rank == rank_to_fail:
