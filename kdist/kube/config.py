@@ -305,15 +305,10 @@ def _files_checked(doc: dict[str, Any], context: str | None,
     user = picked.user
     token_file = user.get("tokenFile")
     if isinstance(token_file, str) and token_file and "token" not in user:
-        from kdist.spec.load import read_bounded
+        from kdist.kube.trust import read_capped
 
         where = f"{picked.named('users', 'tokenFile')} {token_file}"
-        try:
-            data = read_bounded(token_file, MAX_TOKEN_BYTES)
-        except (OSError, ValueError) as e:
-            raise UsageError(f"{where}: {getattr(e, 'strerror', None) or e}") from None
-        if len(data) > MAX_TOKEN_BYTES:
-            raise UsageError(f"{where}: larger than {MAX_TOKEN_BYTES >> 20} MiB")
+        data = read_capped(token_file, MAX_TOKEN_BYTES, where)
         try:
             token = data.decode("utf-8").strip()
         except UnicodeDecodeError:

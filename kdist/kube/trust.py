@@ -63,14 +63,20 @@ def _decoded(data: object, where: str) -> bytes:
 
 
 def _read_ca(path: str, where: str) -> bytes:
+    return read_capped(path, MAX_CA_BYTES, where)
+
+
+def read_capped(path: str, cap: int, where: str) -> bytes:
+    """A kubeconfig's file (a CA, a token file), read bounded: a UsageError naming `where`
+    when it cannot be read or is larger than `cap` bytes."""
     from kdist.spec.load import read_bounded
 
     try:
-        data = read_bounded(path, MAX_CA_BYTES)
+        data = read_bounded(path, cap)
     except (OSError, ValueError) as e:
         raise UsageError(f"{where}: {getattr(e, 'strerror', None) or e}") from None
-    if len(data) > MAX_CA_BYTES:
-        raise UsageError(f"{where}: larger than {MAX_CA_BYTES >> 20} MiB")
+    if len(data) > cap:
+        raise UsageError(f"{where}: larger than {cap >> 20} MiB")
     return data
 
 
