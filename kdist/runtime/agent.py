@@ -53,7 +53,10 @@ HUNG_TELL_S = 3.0
 
 
 def say(message: str) -> None:
-    print(f"kdist.launch: {message}", file=sys.stderr, flush=True)
+    # One write, newline included: unbuffered, print() writes the text and its end apart,
+    # and the relay's lines (stdout, the same pipe in a local run) could land between.
+    sys.stderr.write(f"kdist.launch: {message}\n")
+    sys.stderr.flush()
 
 
 def _is_json_event(line: str) -> bool:
