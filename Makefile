@@ -43,7 +43,9 @@ demo: install ## Run the built-in 2-rank DDP job on this machine (no cluster nee
 test: install lint ## Lint, layers, types, check manifests/ and the docs are fresh, run unit + fake-API + multi-process tests
 	$(PYTHON) -m kdist.rendering.manifests --check
 	$(PYTHON) -m kdist.spec.docsgen --check
-	$(PYTHON) -m pytest tests/unit tests/api tests/dist tests/compat -q -p no:cacheprovider
+	@# Unit and fake-API tests mostly wait (subprocesses, sockets): two at once halves them.
+	$(PYTHON) -m pytest tests/unit tests/api -q -p no:cacheprovider -n 2
+	$(PYTHON) -m pytest tests/dist tests/compat -q -p no:cacheprovider
 
 unit: install ## Unit tests only (no processes, no cluster; seconds)
 	$(PYTHON) -m pytest tests/unit -q -p no:cacheprovider

@@ -27,6 +27,7 @@ BENCHMARKS = {
     "pipeline": "bench.pipeline",
     "fsdp": "bench.fsdp",
     "cluster": "bench.cluster",
+    "restart": "bench.restart",
     "workdir": "bench.workdir",
     "watch": "bench.watch",
     "gpu": "bench.gpu",

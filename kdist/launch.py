@@ -36,14 +36,14 @@ do workers start (exit 2 when the master never answers, 1 when not every node
 joined, as under torch's static rendezvous).
 
 Restarts belong to the job, not to the launcher (see ``kdist.exitcodes``):
-the launcher never restarts workers in place. A failed worker ends this
+the launcher never restarts workers itself. A failed worker ends this
 launcher with an exit code that says whether it is worth a retry; every peer
 then fails its next collective and exits ``PEER_LOST``; and whoever runs the
-launchers (the Job controller, the training operator, ``kdist run --local``)
-makes the whole gang anew, up to ``maxRestarts`` times, each worker resuming
-from the newest checkpoint. In-place restarts cannot work across pods: a
-replaced pod's launcher starts at restart 0 while the survivors would be at
-1, and a dead node 0 takes the store with it.
+launchers makes the whole gang anew, up to ``maxRestarts`` times, each worker
+resuming from the newest checkpoint: the kubelet, restarting every pod's
+containers in place (``distributed.restartMode``, ``kdist.rendering.restarts``;
+the launcher then counts and bounds the restarts itself), or the Job
+controller, the training operator or ``kdist run --local``, making new ones.
 
 This module is the entrypoint (argv, then the order of things); the pieces
 live in ``kdist.runtime`` (the plan, the rendezvous, the agent, the workers and
@@ -56,6 +56,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import re
 import signal
 import sys
 import time
@@ -63,7 +64,7 @@ from collections.abc import Sequence
 
 from kdist.launch_code import use_shipped_code
 from kdist.runtime import rendezvous, restarts
-from kdist.runtime.agent import run, say
+from kdist.runtime.agent import Said, run, say
 from kdist.runtime.failures import cause as _cause
 from kdist.runtime.failures import pick_failure
 from kdist.runtime.plan import LaunchPlan, resolve_env, wait_for_master
@@ -76,6 +77,8 @@ from kdist.shared.errors import LaunchError
 __all__ = ["LaunchError", "LaunchPlan", "_cause", "_entrypoint", "main",
            "parse_argv", "pick_failure", "resolve_env", "run", "wait_for_master"]
 _say = say
+# The end of a launcher line that names the exit code it was about to exit with.
+_EXITING = re.compile(r"; exiting \d+(: .*)?$")
 
 
 def parse_argv(argv: Sequence[str]) -> tuple[str | None, list[str]]:
@@ -122,12 +125,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     module, rest = parse_argv(sys.argv[1:] if argv is None else argv)
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _stop_on)
-    counter = None
+    counter = in_place = None
     listener = None
     try:
         plan = resolve_env(os.environ)
         listener = rendezvous.bind(plan)  # node 0: the master port answers from now on
-        counter = restarts.counter_path(plan)
+        in_place = restarts.in_place_dir(os.environ)
+        if in_place is not None:  # restarted in place: this pod's starts count too
+            plan = dataclasses.replace(plan, restart_count=(plan.restart_count or 0)
+                                       + restarts.count_start(in_place))
+        else:
+            counter = restarts.counter_path(plan)
         if counter is not None:
             plan = dataclasses.replace(plan, restart_count=restarts.take(counter))
         _say(
@@ -160,6 +168,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             listener.close()
     if counter is not None and exitcodes.is_retryable(code):
         restarts.leave(counter, (plan.restart_count or 0) + 1)  # for the next gang's pod
+    if in_place is not None and restarts.spent(plan, code, Said.stopped_by is not None):
+        # The kubelet would restart this pod again: the job fails instead (podFailurePolicy).
+        why = _EXITING.sub("", Said.last)
+        spent = exitcodes.RESTARTS_SPENT
+        _say(f"no restart left ({plan.restart_count or 0} of maxRestarts="
+             f"{plan.max_restarts} used): exiting {spent}, the job fails; the failure: {why} "
+             f"(exit {code}: {exitcodes.describe(code)})")
+        return spent
     return code
 
 

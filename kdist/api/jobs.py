@@ -21,7 +21,7 @@ from kdist.api.types import (
     reattach_hint,
 )
 from kdist.kube.config import ClusterOptions, KubeConfig, resolve_namespace
-from kdist.shared.errors import JobFailed, TimedOut, UsageError
+from kdist.shared.errors import ClusterError, JobFailed, TimedOut, UsageError
 from kdist.shared.terminal import escape
 
 if TYPE_CHECKING:
@@ -74,9 +74,8 @@ def submit(conn: Connection, job: TrainingJob, *, wait: bool = True, replace: bo
         from kdist.rendering.workdir import pack_workdir
 
         code = pack_workdir(job)
-    objects = render(job, code)
-    if dry_run == "client":
-        return Submission(name, ns, objects, dry_run="client")
+    if dry_run == "client":  # no cluster to ask: restartMode auto renders recreate
+        return Submission(name, ns, render(job, code), dry_run="client")
     from kdist.kube.sources import wait_gone
     from kdist.shared.errors import JobNotFound
 
@@ -88,7 +87,7 @@ def submit(conn: Connection, job: TrainingJob, *, wait: bool = True, replace: bo
             wait_gone(cluster, name, ns, DELETE_TIMEOUT)
         except JobNotFound:
             pass
-    created, warnings = cluster.create(objects, dry_run=dry_run == "server")
+    created, warnings = create(cluster, job, code, dry_run == "server")
     sub = Submission(name, ns, created, warnings, replaced, dry_run)
     if on_submitted is not None:
         on_submitted(sub)
@@ -97,6 +96,33 @@ def submit(conn: Connection, job: TrainingJob, *, wait: bool = True, replace: bo
     state = follow(cluster, created[0], observer or Quiet(), logs=logs, timeout=timeout)
     _check(state)
     return Submission(name, ns, created, warnings, replaced, None, state)
+
+
+def create(cluster: Cluster, job: TrainingJob, code: Packed | None,
+           dry_run: bool) -> tuple[list[dict[str, Any]], list[str]]:
+    """Render `job` as it restarts on `cluster` and create it (`Cluster.create`).
+
+    restartMode auto sends the in-place form: a cluster without the feature drops the
+    rule (the job then recreates) or refuses it (the recreate form is sent instead);
+    inPlace asked of a cluster that does not serve it is refused before anything is made.
+    """
+    from kdist.kube.restartprobe import serves_in_place
+    from kdist.rendering import render
+    from kdist.rendering import restarts as R
+
+    mode = R.resolve(job, cluster=True)
+    if job.spec.distributed.restart_mode == R.IN_PLACE:
+        served, why = serves_in_place(cluster, render(job, code, R.IN_PLACE)[0])
+        if not served:
+            raise UsageError(f"spec.distributed.restartMode inPlace: {why}; use auto (recreate "
+                             "where in place is not served) or recreate")
+    try:
+        return cluster.create(render(job, code, mode), dry_run=dry_run)
+    except ClusterError as e:
+        if mode != R.IN_PLACE or job.spec.distributed.restart_mode != "auto" or \
+                not R.refused(e):
+            raise
+    return cluster.create(render(job, code, R.RECREATE), dry_run=dry_run)
 
 
 def follow(cluster: Cluster, job: dict[str, Any], observer: Observer, *, logs: bool = True,

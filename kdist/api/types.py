@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from kdist.kube.config import ClusterOptions, KubeConfig, resolve_namespace
+from kdist.kube.objects import restart_mode_of
 
 if TYPE_CHECKING:
     from kdist.kube.client import Cluster
@@ -50,6 +51,12 @@ class Submission:
     replaced: list[str] = field(default_factory=list)  # what --replace deleted first
     dry_run: str | None = None  # None, "client" or "server"
     state: JobState | None = None  # the end state, when submitted with wait=True
+
+    @property
+    def restart_mode(self) -> str:
+        """How the gang restarts: "inPlace" or "recreate" (distributed.restartMode), as the
+        objects created say (auto: as the cluster kept them; a client dry run: recreate)."""
+        return restart_mode_of(self.objects[0]) if self.objects else ""
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,12 @@ from kdist.cli.say import say
 from kdist.shared.errors import JobFailed, JobNotFound, UsageError
 from kdist.shared.terminal import escape
 
+#: How `submit` says the gang restarts (spec.distributed.restartMode, as resolved).
+RESTART_WORDS = {
+    "inPlace": "in place (the kubelet restarts every pod's containers where they are)",
+    "recreate": "by recreating the pods",
+}
+
 
 def _opts(opts: ClusterOptions) -> dict[str, Any]:
     return {"kubeconfig": opts.kubeconfig, "context": opts.context,
@@ -160,6 +166,8 @@ def _submit_one(opts: ClusterOptions, file: str, wait: bool, follow: bool, dry_r
             span = names[0] if len(names) == 1 else f"{names[0]}..{names[-1].rsplit('-', 1)[1]}"
             say(f"configmap/{span} created in namespace {sub.namespace}{suffix} (code "
                 f"{code.sha256[:12]}: {code.files} files, {len(code.archive):,} bytes packed)")
+        if sub.restart_mode:
+            say(f"restarts: {RESTART_WORDS.get(sub.restart_mode, sub.restart_mode)}")
         if not wait and not dry_run:
             say(f"follow it with `kdist -n {sub.namespace} status {sub.name}` or "
                 f"`kdist -n {sub.namespace} logs -f {sub.name}`")

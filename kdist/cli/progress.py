@@ -279,7 +279,8 @@ def restarts_text(state: JobState, sep: str) -> str:
     if not done and not state.max_restarts:
         return ""
     limit = f" of {state.max_restarts}" if state.max_restarts is not None else ""
-    return f"{sep}restart {done}{limit}"
+    how = " (in place)" if state.restart_mode == "inPlace" else ""
+    return f"{sep}restart {done}{limit}{how}"
 
 
 def progress_table(state: JobState, title: str) -> Any:

@@ -87,6 +87,22 @@ def job_pod_templates(obj: dict[str, Any]) -> list[dict[str, Any]]:
     return [spec.get("template") or {}]
 
 
+#: The container restart rule action that restarts a pod in place (KEP-5532).
+RESTART_ALL = "RestartAllContainers"
+
+
+def restart_mode_of(obj: dict[str, Any]) -> str:
+    """"inPlace" when the training object's pods carry kdist's in-place restart rule, as
+    the API server kept it (one with the feature off drops the field), else "recreate"."""
+    for template in job_pod_templates(obj):
+        for c in ((template.get("spec") or {}).get("containers") or []):
+            rules = c.get("restartPolicyRules") if isinstance(c, dict) else None
+            if isinstance(rules, list) and any(
+                    isinstance(r, dict) and r.get("action") == RESTART_ALL for r in rules):
+                return "inPlace"
+    return "recreate"
+
+
 def job_nodes(obj: dict[str, Any]) -> int | None:
     """How many node ranks the job has; None when it does not say, or says something no
     kdist job can have (for a table; `checked_job_nodes` refuses such a job)."""
@@ -244,6 +260,8 @@ class PodView:
     exit_code: int | None
     finished_at: str | None
     said: str
+    # The main container's exit before its last restart (restarted in place): code, when, said
+    last_exit: tuple[int, str, str] | None
     running: bool
     started: bool  # the main container has run (logs can be read)
 
@@ -294,6 +312,11 @@ def pod_view(pod: dict[str, Any]) -> PodView:
         reason = term.get("reason") or reason
         exit_code, finished = term.get("exitCode"), term.get("finishedAt")
         said = last_words(term.get("message") or "")
+    last = ((cs or {}).get("lastState") or {}).get("terminated") or {}
+    last_code = last.get("exitCode")
+    last_exit = (last_code, str(last.get("finishedAt") or ""),
+                 escape(last_words(last.get("message") or ""))) \
+        if isinstance(last_code, int) and not isinstance(last_code, bool) else None
     if cs is None:
         for ics in status.get("initContainerStatuses") or []:
             waiting = (ics.get("state") or {}).get("waiting")
@@ -314,7 +337,8 @@ def pod_view(pod: dict[str, Any]) -> PodView:
         reason=escape(reason), node=escape((pod.get("spec") or {}).get("nodeName") or ""),
         restarts=count((cs or {}).get("restartCount")),
         earlier_pods=sum(count(annotations.get(k)) for k in L.INDEX_FAILURES), exit_code=exit_code,
-        finished_at=finished, said=escape(said), running="running" in state,
+        finished_at=finished, said=escape(said), last_exit=last_exit,
+        running="running" in state,
         started="running" in state or "terminated" in state,
     )
 

@@ -69,6 +69,8 @@ class JobState:
     queue_message: str = ""
     code: str = ""  # sha256 of the shipped workdir (spec.workdir), "" when none was
     max_restarts: int | None = None  # spec.distributed.maxRestarts (from the pods' env)
+    # "inPlace" | "recreate": what the job's pod template says (kube.objects.restart_mode_of)
+    restart_mode: str = ""
     # spec.procsPerNode (from the pods' env; the spec's default until the job says);
     # None for "auto" (one process per GPU: not known here).
     procs_per_node: int | None = 1
@@ -156,6 +158,7 @@ class JobState:
             "queue": ({"localQueue": self.queue_name, "status": self.queue_status,
                        "message": self.queue_message} if self.queue_status else None),
             "code": self.code or None, "maxRestarts": self.max_restarts,
+            "restartMode": self.restart_mode or None,
             "procsPerNode": self.procs_per_node,
             "ranks": [dict(self.ranks[r].to_dict(), phase=self.rank_phase(self.ranks[r]))
                       for r in sorted(self.ranks)],

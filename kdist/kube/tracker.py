@@ -24,6 +24,7 @@ from kdist.kube.objects import (
     job_max_steps,
     parse_record,
     pod_view,
+    restart_mode_of,
     terminal_condition,
     workload_state,
 )
@@ -46,7 +47,8 @@ class Tracker:
         self._by_name: dict[str, str] = {}  # pod name -> uid
         self._rank_pods: dict[int, set[str]] = {}  # rank -> every pod uid seen for it
         self._warned: set[tuple[Any, ...]] = set()
-        self._failed: set[str] = set()  # pod uids already in state.failures
+        # (pod uid, when its container ended) of the exits already in state.failures
+        self._failed: set[tuple[str, str]] = set()
 
     def feed(self, source: str, kind: str, payload: Any) -> list[str]:
         """One item as the I/O loop queues it; returns the new warnings.
@@ -98,6 +100,7 @@ class Tracker:
         s.code = template_env(obj, E.CODE_SHA256)
         m = template_env(obj, E.MAX_RESTARTS)
         s.max_restarts = count(m) if m.isascii() and m.isdigit() else None
+        s.restart_mode = restart_mode_of(obj)
         # "auto" (one per GPU) is unknown here; not said at all: the spec's default, 1.
         p = template_env(obj, E.NPROC_PER_NODE) or "1"
         s.procs_per_node = (count(p) or None) if p.isascii() and p.isdigit() else None
@@ -135,10 +138,16 @@ class Tracker:
         self._pods[view.uid] = view
         self._by_name[view.name] = view.uid
         self._rank_pods.setdefault(view.rank, set()).add(view.uid)
-        if view.exit_code not in (None, 0) and view.uid not in self._failed:
-            self._failed.add(view.uid)
-            self.state.failures.append(Failure(view.rank, view.name, view.exit_code,
-                                               view.reason, view.finished_at or "", view.said))
+        # A pod restarted in place failed once per restart: its last exit is one more, kept
+        # (by when it ended) whether or not its terminated state was seen before.
+        ended = [(view.exit_code, view.finished_at or "", view.said, view.reason)]
+        if view.last_exit is not None:
+            ended.append((*view.last_exit, "Error"))
+        for code, when, said, reason in ended:
+            if code in (None, 0) or (view.uid, when) in self._failed:
+                continue
+            self._failed.add((view.uid, when))
+            self.state.failures.append(Failure(view.rank, view.name, code, reason, when, said))
         self._refresh_rank(view.rank)
         return self._pod_warnings(pod, view, old)
 
@@ -252,19 +261,33 @@ class Tracker:
                                   f"{who}: container {name} was OOMKilled (exit code "
                                   f"{t.get('exitCode')}): raise spec.resources.memory")
         if restarts and last_term:
-            out += self._warn(("restart", v.uid, name, restarts),
-                              f"{who}: container {name} restarted ({restarts}x), last exit code "
-                              f"{last_term.get('exitCode')} ({last_term.get('reason', '')})")
-        if (term and term.get("exitCode") not in (0, None) and term.get("reason") != "OOMKilled"
-                and not evicted):
-            code = term.get("exitCode")
-            hint = f": {exitcodes.describe(code)}" if isinstance(code, int) else ""
-            if code == exitcodes.HUNG and v.said:  # which rank hung, as the launcher said
-                hint += f"; {v.said.removeprefix('kdist.launch: ')}"
-            out += self._warn(("exit", v.uid, name, restarts),
-                              f"{who}: container {name} exited with code {code} "
-                              f"({term.get('reason', 'Error')}){hint}")
+            # Restarted in place: its exit says why, unless it was seen (and said) already.
+            said = v.last_exit[2] if v.last_exit and name == "pytorch" else ""
+            exited = self._exit_warning(last_term, v, name, who, said)
+            if exited:
+                out.append(f"{exited[0]}; restarted ({restarts}x)")
+                self._warned.add(("restart", v.uid, name, restarts))
+            else:
+                out += self._warn(("restart", v.uid, name, restarts),
+                                  f"{who}: container {name} restarted ({restarts}x), last exit "
+                                  f"code {last_term.get('exitCode')} "
+                                  f"({last_term.get('reason', '')})")
+        if term and not evicted:
+            out += self._exit_warning(term, v, name, who, v.said if name == "pytorch" else "")
         return out
+
+    def _exit_warning(self, term: dict[str, Any], v: PodView, name: str, who: str,
+                      said: str) -> list[str]:
+        """`who`'s container exited non-zero (once per exit; OOMKilled is said apart)."""
+        code = term.get("exitCode")
+        if code in (0, None) or term.get("reason") == "OOMKilled":
+            return []
+        hint = f": {exitcodes.describe(code)}" if isinstance(code, int) else ""
+        if code in (exitcodes.HUNG, exitcodes.RESTARTS_SPENT) and said:
+            hint += f"; {said.removeprefix('kdist.launch: ')}"  # which rank, as the launcher said
+        return self._warn(("exit", v.uid, name, str(term.get("finishedAt") or "")),
+                          f"{who}: container {name} exited with code {code} "
+                          f"({term.get('reason', 'Error')}){hint}")
 
     # -- logs -----------------------------------------------------------------------------
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import jinja2
 import yaml
 
-from kdist.rendering import overlay, podspec
+from kdist.rendering import overlay, podspec, restarts
 from kdist.rendering.contract import env_contract, field_env, launch_argv, master_service_addr
 from kdist.rendering.labels import object_labels
 from kdist.rendering.template_cache import bytecode_cache
@@ -66,15 +66,20 @@ def with_backend(job: TrainingJob, backend: str | None) -> TrainingJob:
     return job.model_copy(update={"spec": job.spec.model_copy(update={"backend": backend})})
 
 
-def render(job: TrainingJob, code: Packed | None = None) -> list[dict[str, Any]]:
+def render(job: TrainingJob, code: Packed | None = None,
+           restart_mode: str | None = None) -> list[dict[str, Any]]:
     """Every Kubernetes object for `job`, in creation order. Pure and deterministic.
 
     `code` is the packed workdir (``kdist.rendering.workdir.pack``; reading the tree
     is the caller's, once per command): its ConfigMaps come last, so that the
-    submitter makes them owned by the training object, the first.
+    submitter makes them owned by the training object, the first. `restart_mode`
+    ("inPlace" or "recreate") is what the submitter resolved for
+    ``distributed.restartMode: auto``; None: ``restarts.resolve(job)``.
     """
+    mode = restart_mode or restarts.resolve(job)
     configmaps = _code_configmaps(job, code)
     ctx = _context(job, code, configmaps)
+    restarts.apply(job, mode, ctx)
     if job.spec.backend == "pytorchjob":
         names = ["pytorchjob.yaml.j2"]
     else:
@@ -129,6 +134,7 @@ def _context(job: TrainingJob, code: Packed | None = None,
         "labels": object_labels(job, "worker"),
         "subdomain": name if indexed else "",
         "restart_policy": "Never",
+        "restart_rule": None,  # restarts in place: kdist.rendering.restarts
         "uid": RUN_AS_UID,
         "node_selector": dict(s.scheduling.node_selector),
         "tolerations": [
@@ -158,7 +164,8 @@ def _context(job: TrainingJob, code: Packed | None = None,
         "port": s.distributed.port,
         "nodes": s.nodes,
         "max_restarts": s.distributed.max_restarts,
-        "code_error_exit_codes": list(exitcodes.CODE_ERRORS),
+        # RESTARTS_SPENT: a launcher restarted in place with maxRestarts used.
+        "code_error_exit_codes": [*exitcodes.CODE_ERRORS, exitcodes.RESTARTS_SPENT],
         "ttl_seconds_after_finished": s.ttl_seconds_after_finished,
         "active_deadline_seconds": s.active_deadline_seconds,
         "nproc_per_node": str(s.procs_per_node),

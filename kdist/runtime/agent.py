@@ -52,9 +52,17 @@ _TICK_S = 0.05
 HUNG_TELL_S = 3.0
 
 
+class Said:
+    """What the launcher said last, and the signal that stopped `run` (None: none did)."""
+
+    last = ""
+    stopped_by: int | None = None
+
+
 def say(message: str) -> None:
     # One write, newline included: unbuffered, print() writes the text and its end apart,
     # and the relay's lines (stdout, the same pipe in a local run) could land between.
+    Said.last = message
     sys.stderr.write(f"kdist.launch: {message}\n")
     sys.stderr.flush()
 
@@ -184,6 +192,7 @@ def run(plan: LaunchPlan, module: str | None, rest: list[str], *, prefix_lines: 
     0's worker serves the store on.
     """
     environ = os.environ if environ is None else environ
+    Said.stopped_by = None
     work = Path(tempfile.mkdtemp(prefix="kdist-launch-"))
     kdist_workload = (module or "").startswith("kdist.workloads.")
     try:
@@ -228,6 +237,7 @@ def run(plan: LaunchPlan, module: str | None, rest: list[str], *, prefix_lines: 
             say(f"exit barrier: {why}; exiting 0 (this node's workers succeeded)")
         return 0
     except Signalled as e:
+        Said.stopped_by = e.sig
         name = signal.Signals(e.sig).name
         if workers and all(w.exitcode == 0 for w in workers):
             say(f"{name} in the exit barrier; exiting 0 (this node's workers succeeded)")

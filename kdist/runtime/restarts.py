@@ -14,6 +14,12 @@ from whoever made the new gang (docs/byo-script.md):
   (``kdist.runtime.plan``). A pod that failed twice before the others were
   replaced once would count differently from them: not in a gang restart,
   where every index fails once.
+- In place (``distributed.restartMode``, ``KDIST_RESTART_DIR`` set): the kubelet
+  restarts the pod's containers where they are, unseen by the Job controller. Each
+  launcher counts its starts in that directory (an emptyDir, which an in-place restart
+  keeps): the restarts of this pod in place, added to its index's failures (pods the
+  Job controller replaced). In a gang restart every pod restarts once, so each counts
+  the same; a replaced pod starts at its index's failures, which its survivors match.
 - PyTorchJob: the training operator recreates pods under the same names and
   keeps no count a pod can see. The launcher keeps one per node in the
   checkpoint directory (``.kdist-restart-count-node-N``): left there when it
@@ -26,9 +32,12 @@ from whoever made the new gang (docs/byo-script.md):
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 from kdist.runtime.plan import LaunchPlan
+from kdist.shared import env as E
+from kdist.shared import exitcodes
 
 COUNTER = ".kdist-restart-count-node-{node}"
 
@@ -59,3 +68,35 @@ def leave(path: Path, count: int) -> None:
         os.replace(part, path)
     except OSError:
         pass  # a read-only or vanished directory: the next attempt counts 0
+
+
+STARTS = "starts"
+
+
+def in_place_dir(environ: Mapping[str, str]) -> Path | None:
+    """The directory this pod's launchers count their starts in; None unless the pod
+    restarts in place."""
+    value = environ.get(E.RESTART_DIR, "").strip()
+    return Path(value) if value else None
+
+
+def count_start(directory: Path) -> int:
+    """How many launchers started in this pod before this one (its restarts in place),
+    this start counted for the next. A missing or unreadable count is 0: the worst a
+    lost count does is allow a restart more."""
+    path = directory / STARTS
+    try:
+        text = path.read_text()
+    except OSError:
+        text = ""
+    before = int(text) if text.strip().isdigit() else 0
+    leave(path, before + 1)
+    return before
+
+
+def spent(plan: LaunchPlan, code: int, signalled: bool) -> bool:
+    """Whether this in-place pod's retryable `code` must end the job instead: every
+    restart of maxRestarts is used. A launcher stopped by a signal is not asked (its pod
+    is being deleted: the Job controller decides, as when recreating)."""
+    return (exitcodes.is_retryable(code) and not signalled
+            and (plan.restart_count or 0) >= plan.max_restarts)

@@ -33,6 +33,13 @@ RESTART_COUNT = "KDIST_RESTART_COUNT"
 #: annotations batch.kubernetes.io/job-index-failure-count and -ignored-failure-count).
 INDEX_FAILURES = "KDIST_INDEX_FAILURES"
 INDEX_IGNORED_FAILURES = "KDIST_INDEX_IGNORED_FAILURES"
+#: Restarts in place (distributed.restartMode, kdist.runtime.restarts): a directory on
+#: an emptyDir, which an in-place restart keeps, where the launcher counts its starts.
+#: Set only on pods rendered to restart in place; the launcher then also bounds the
+#: restarts itself (the Job controller does not see them).
+RESTART_DIR = "KDIST_RESTART_DIR"
+#: Where a pod mounts that emptyDir.
+DEFAULT_RESTART_DIR = "/var/run/kdist/restarts"
 #: Launcher -> worker wrapper: the directory of one pipe per local rank that the
 #: worker's stdout and stderr go to (kdist.runtime.output).
 OUTPUT_PIPES = "KDIST_OUTPUT_PIPES"

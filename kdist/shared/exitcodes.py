@@ -30,8 +30,20 @@ PEER_LOST = 203
 #: The job made no progress for progressTimeoutSeconds: the launcher stopped its workers.
 HUNG = 204
 
+#: A pod that restarts in place (distributed.restartMode) failed retryably with every
+#: restart of ``maxRestarts`` used: its launcher exits this instead, which no restart
+#: rule matches and the Job's podFailurePolicy fails the job on. The launcher's last
+#: line names the failure it stands for.
+RESTARTS_SPENT = 205
+
 #: The exit codes that fail a job at once, without a retry.
 CODE_ERRORS = range(1, 128)
+
+
+def in_place_codes() -> list[int]:
+    """The exit codes a container restarts in place on: every retryable one
+    (killed by signal 1-64, lost peer, hung)."""
+    return [128 + n for n in range(1, 65)] + [PEER_LOST, HUNG]
 
 
 def of_returncode(returncode: int) -> int:
@@ -47,7 +59,7 @@ def of_returncode(returncode: int) -> int:
 
 def is_retryable(code: int) -> bool:
     """Whether a pod or process group that exited with ``code`` is worth a gang restart."""
-    return code >= 128
+    return code >= 128 and code != RESTARTS_SPENT
 
 
 def severity(code: int) -> int:
@@ -59,7 +71,9 @@ def severity(code: int) -> int:
     """
     if code == PEER_LOST:
         return 2
-    return 1 if is_retryable(code) else 0
+    # RESTARTS_SPENT stands for a retryable failure (a kill, a peer lost, a hang): the
+    # pod whose own failure it was ends first, and its launcher's line names it.
+    return 1 if is_retryable(code) or code == RESTARTS_SPENT else 0
 
 
 def describe(code: int) -> str:
@@ -70,6 +84,8 @@ def describe(code: int) -> str:
         return "lost a peer (retryable)"
     if code == HUNG:
         return "hung: no progress within progressTimeoutSeconds (retryable)"
+    if code == RESTARTS_SPENT:
+        return "failed retryably with every restart of maxRestarts used (not retried)"
     if code > 128 and code - 128 <= 64:
         try:
             return f"killed by {signal.Signals(code - 128).name} (retryable)"

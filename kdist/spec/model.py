@@ -109,6 +109,11 @@ class Distributed(_Model):
     max_restarts: Annotated[StrictInt, Field(ge=0, le=100)] = Field(
         default=0, description="Whole-job restarts after infrastructure failures (a kill, a lost "
         "pod or peer, a hang), each resuming from the newest checkpoint.")
+    restart_mode: Literal["auto", "inPlace", "recreate"] = Field(
+        default="auto", description="How the gang restarts: inPlace = every pod's containers "
+        "restart where they are (container restart rules; seconds, pods and IPs kept); "
+        "recreate = new pods; auto = inPlace where the cluster serves it (asked at submit), "
+        "else recreate. inPlace needs backend indexed-job.")
     rendezvous_timeout_seconds: Annotated[StrictInt, Field(ge=1, le=86400)] = Field(
         default=300, description="How long a node waits for the others to arrive (also after a "
         "restart) before the job fails.")
@@ -379,6 +384,10 @@ class JobSpec(_Model):
                 f"procsPerNode {self.procs_per_node} exceeds resources.gpus "
                 f"{self.resources.gpus}: each process drives one GPU"
             )
+        if self.distributed.restart_mode == "inPlace" and self.backend != "indexed-job":
+            raise ValueError("distributed.restartMode inPlace needs backend indexed-job (the "
+                             "training operator recreates a PyTorchJob's pods); use auto or "
+                             "recreate")
         if self.checkpoint is not None:
             C.mount_free(self.checkpoint.path, [v.mount_path for v in self.pod.volumes],
                          "spec.checkpoint.path")

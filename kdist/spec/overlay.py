@@ -60,7 +60,9 @@ _PROTECTED_POD = {"restartPolicy": "the backend decides it",
 _PROTECTED_CONTAINER = {"name": "kdist's container is `pytorch`",
                         "command": "it is kdist's launcher; use spec.workload",
                         "args": "use spec.workload.args",
-                        "image": "use spec.image"}
+                        "image": "use spec.image",
+                        "restartPolicy": "use spec.distributed.restartMode",
+                        "restartPolicyRules": "use spec.distributed.restartMode"}
 
 
 def check_overlay(doc: dict[str, Any]) -> dict[str, Any]:

@@ -35,11 +35,13 @@ def test_code_error_fails_fast_without_burning_retries(backend, namespace, kdist
 
 
 def test_infrastructure_exit_is_retried_then_gives_up(namespace, kdist, job_file):
-    """Exit 137 (what SIGKILL/OOM looks like) counts against maxRestarts: the
-    Job makes a new pod for the index each time, and fails once they are spent
-    (backoffLimitPerIndex: the index is failed for good, and no index may be)."""
+    """restartMode recreate: exit 137 (what SIGKILL/OOM looks like) counts against
+    maxRestarts: the Job makes a new pod for the index each time, and fails once they
+    are spent (backoffLimitPerIndex: the index is failed for good, and no index may be).
+    In place: tests/e2e/test_inplace.py."""
     path = job_file("infra", nodes=1, args=["--max-steps", "3"],
-                    distributed={"backend": "gloo", "maxRestarts": 1},
+                    distributed={"backend": "gloo", "maxRestarts": 1,
+                                 "restartMode": "recreate"},
                     paced={"PACE": "0.2", "FAIL_RANK": "0", "FAIL_AT": "1", "FAIL_CODE": "137"})
     sub = kdist("submit", path, "--timeout", "200")
     assert sub.returncode == 1, sub.stdout + sub.stderr

@@ -225,17 +225,38 @@ def report(entry: dict[str, Any]) -> None:
             f.write(json.dumps(entry) + "\n")
 
 
+def pods_by_rank(kube: Kube, namespace: str, job: str) -> dict[int, Any]:
+    """Each rank's newest pod (the V1Pod)."""
+    pods = kube.core.list_namespaced_pod(
+        namespace, label_selector=f"kdist.dev/job-name={job}", _request_timeout=REQUEST_TIMEOUT
+    ).items
+    newest: dict[int, Any] = {}
+    for pod in sorted(pods, key=lambda p: p.metadata.creation_timestamp):
+        rank = pod_rank(kube.api.sanitize_for_serialization(pod))
+        if rank is not None:
+            newest[rank] = pod
+    return newest
+
+
+def container_restarts(pod: Any) -> int:
+    return sum(c.restart_count for c in pod.status.container_statuses or [])
+
+
+# restartMode: inPlace (the test clusters serve restart rules) and recreate, which is what a
+# cluster without them gets and what the PyTorchJob always does.
 @pytest.mark.parametrize(
-    ("backend", "fault"),
-    [("indexed-job", "delete-pod"), ("indexed-job", "sigkill-process"),
-     ("indexed-job", "evict-pod"), ("pytorchjob", "delete-pod"),
-     ("pytorchjob", "sigkill-process"), ("pytorchjob", "evict-pod")],
+    ("backend", "mode", "fault"),
+    [("indexed-job", "inPlace", "sigkill-process"), ("indexed-job", "inPlace", "delete-pod"),
+     ("indexed-job", "inPlace", "evict-pod"),
+     ("indexed-job", "recreate", "delete-pod"), ("indexed-job", "recreate", "sigkill-process"),
+     ("pytorchjob", "recreate", "delete-pod"), ("pytorchjob", "recreate", "sigkill-process"),
+     ("pytorchjob", "recreate", "evict-pod")],
 )
 def test_a_fault_restarts_the_gang_which_resumes_and_finishes(
-        backend, fault, kube, namespace, shared_volume, kdist, kdist_popen, job_file):
+        backend, mode, fault, kube, namespace, shared_volume, kdist, kdist_popen, job_file):
     name = "survive"
     path = job_file(name, backend=backend, args=ARGS,
-                    distributed={"backend": "gloo", "maxRestarts": 2},
+                    distributed={"backend": "gloo", "maxRestarts": 2, "restartMode": mode},
                     checkpoint={"path": MOUNT, "volume": shared_volume})
     proc = kdist_popen("submit", path, "--follow", "--timeout", str(RUN_TIMEOUT))
     stream = Stream(proc)
@@ -243,6 +264,7 @@ def test_a_fault_restarts_the_gang_which_resumes_and_finishes(
                          timeout=180)
     assert saved and stream.until(lambda r: r.get("step", 0) >= STRIKE_AT, timeout=60), \
         "\n".join(stream.text)
+    before = {r: p.metadata.uid for r, p in pods_by_rank(kube, namespace, name).items()}
     fault_time = time.monotonic()
     FAULTS[fault](kube, namespace, running_pod(kube, namespace, name, 1))
     stream.until(lambda r: False, timeout=RUN_TIMEOUT)  # to the end of the run
@@ -269,14 +291,29 @@ def test_a_fault_restarts_the_gang_which_resumes_and_finishes(
         assert 0 <= cost["steps_lost"] <= CKPT_EVERY, cost
     status = json.loads(kdist("status", name, "-o", "json").stdout)
     assert status["phase"] == "Succeeded", status
+    assert status["restartMode"] == mode, status
     if backend == "indexed-job":  # the training operator deletes the pods it replaces
         assert all(r["restarts"] >= 1 for r in status["ranks"]), status["ranks"]
+    if mode == "inPlace":
+        # Where the pod was not taken away, it is the same pod, its containers restarted
+        # (sandbox, IP and volumes kept); the Job controller saw no failure of it.
+        after = pods_by_rank(kube, namespace, name)
+        kept = [0] if fault in PREEMPTING else [0, 1]
+        for rank in kept:
+            assert after[rank].metadata.uid == before[rank], (rank, fault)
+            assert container_restarts(after[rank]) >= 1, after[rank].status
+        if fault in PREEMPTING:
+            assert after[1].metadata.uid != before[1]  # really gone: replaced by the Job
+        job = client.BatchV1Api(kube.api).read_namespaced_job(
+            name, namespace, _request_timeout=REQUEST_TIMEOUT)
+        assert (job.status.failed or 0) <= (0 if fault == "sigkill-process" else 1), job.status
     # The watch told the user why each rank went down while it happened.
     if fault in PREEMPTING:
         assert "rank 0" in log and "killed by SIGTERM" in log, log
     else:
         assert "rank 0" in log and "lost a peer" in log, log
-    report({"backend": backend, "fault": fault, "checkpoint_every": CKPT_EVERY, **cost})
+    report({"backend": backend, "restart_mode": mode, "fault": fault,
+            "checkpoint_every": CKPT_EVERY, **cost})
 
 
 def half_a_node_and_more(kube: Kube) -> str:

@@ -91,7 +91,7 @@ def test_indexed_job_shape():
     rules = spec["podFailurePolicy"]["rules"]
     assert rules[0]["action"] == "Ignore"
     assert rules[1]["action"] == "FailJob"
-    assert rules[1]["onExitCodes"]["values"] == list(range(1, 128))
+    assert rules[1]["onExitCodes"]["values"] == [*range(1, 128), exitcodes.RESTARTS_SPENT]
     assert exitcodes.PEER_LOST not in rules[1]["onExitCodes"]["values"]
     pod = spec["template"]["spec"]
     assert pod["subdomain"] == svc["metadata"]["name"] == "unit-job"

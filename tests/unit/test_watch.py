@@ -221,7 +221,8 @@ def test_reflector_resumes_relists_on_410_and_bookmarks_advance():
     ]
     assert reflector.relists == 3
     assert [w for w in warnings if "restarted" in w] == [
-        "rank 1 (pod mnist-1-bbbbb): container pytorch restarted (1x), last exit code 1 (Error)"]
+        "rank 1 (pod mnist-1-bbbbb): container pytorch exited with code 1 (Error): a code error "
+        "(not retried); restarted (1x)"]
     r1 = t.state.ranks[1]
     assert (r1.pod, r1.phase, r1.restarts) == ("mnist-1-zzzzz", "Succeeded", 1)
     assert t.state.ranks[0].phase == "Succeeded"

@@ -1,0 +1,168 @@
+"""How fast a gang comes back from a killed worker, restarting in place vs recreating.
+
+Each round submits the same DDP job (``kdist submit --no-wait``, ``maxRestarts: 2``)
+three ways, interleaved: 2 pods restarting in place, 2 pods recreated
+(``distributed.restartMode``), and 4 pods in place. Once rank 0 has logged step 5, a
+worker of rank 1 is SIGKILLed inside its pod (``kubectl exec``; the killer prints the
+wall-clock time of the kill). The figure is the time from that kill to the first step
+line of rank 0's next attempt (its log's container-runtime timestamps, the same clock:
+the test cluster runs on this machine). No checkpoint volume: the next attempt starts
+again at step 1, which is how its first line is told from the old attempt's last.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from tempfile import TemporaryDirectory
+from typing import Any
+
+from bench import kube
+from bench.cluster import _kdist_cli, _stamp
+from bench.harness import (
+    BenchError,
+    Ctx,
+    Measured,
+    Spec,
+    clean_env,
+    interleave,
+    median,
+    ratios,
+    run_cmd,
+)
+from kdist.spec.quantity import parse_quantity
+
+ARGS = ["--max-steps", "100000", "--batch-size", "16", "--log-every", "1",
+        "--checkpoint-every", "0", "--dataset-size", "2048", "--step-delay", "0.05"]
+CPU = "500m"
+JOB = f"DDP, gloo, cpu {CPU} per pod, maxRestarts 2, a worker of rank 1 SIGKILLed at step 5"
+IN_PLACE = f"restartMode inPlace, 2 pods ({JOB})"
+RECREATE = f"restartMode recreate, 2 pods ({JOB})"
+IN_PLACE_4 = f"restartMode inPlace, 4 pods ({JOB})"
+STRIKE_AT = 5
+# SIGKILL the DDP workers (not the launcher); say when, on the node's (this machine's) clock.
+KILL = ("import os, signal, time\n"
+        "for p in filter(str.isdigit, os.listdir('/proc')):\n"
+        "    try: argv = open(f'/proc/{p}/cmdline', 'rb').read().split(b'\\0')\n"
+        "    except OSError: continue\n"
+        "    if b'kdist.workloads.ddp' in argv and b'kdist.launch' not in argv:\n"
+        "        os.kill(int(p), signal.SIGKILL); print('killed', time.time())\n")
+
+FIGURES = [
+    Spec("restart.kill_to_resumed_s", "worker SIGKILL to first resumed step, in place", "s",
+         IN_PLACE, "(absolute)", "<= 10", 10.0, higher_is_better=False),
+    Spec("restart.recreate_kill_to_resumed_s", "worker SIGKILL to first resumed step, recreated",
+         "s", RECREATE, "(absolute)"),
+    Spec("restart.inplace_vs_recreate", "kill to resumed: in place / recreated", "x",
+         IN_PLACE, RECREATE, "<= 0.4", 0.4, higher_is_better=False),
+    Spec("restart.kill_to_resumed_4_vs_2", "kill to resumed in place: 4 pods / 2 pods", "x",
+         IN_PLACE_4, IN_PLACE, "<= 1.2", 1.2, higher_is_better=False),
+]
+
+
+def _job(name: str, ns: str, nodes: int, mode: str) -> str:
+    text = kube.job_yaml(name, ns, nodes=nodes, args=ARGS, cpu=CPU, memory="768Mi")
+    return text.replace("distributed: {backend: gloo}",
+                        f"distributed: {{backend: gloo, maxRestarts: 2, restartMode: {mode}}}")
+
+
+class Job:
+    """One submitted job, read through kubectl."""
+
+    def __init__(self, kc: str, ns: str, name: str) -> None:
+        self.base = ["kubectl", "--kubeconfig", kc, "-n", ns]
+        self.name = name
+
+    def pod(self, rank: int) -> dict[str, Any] | None:
+        sel = f"kdist.dev/job-name={self.name},batch.kubernetes.io/job-completion-index={rank}"
+        _, out, _ = run_cmd([*self.base, "get", "pods", "-l", sel, "-o", "json"], timeout=30)
+        pods = [p for p in json.loads(out)["items"] if not p["metadata"].get("deletionTimestamp")]
+        return max(pods, key=lambda p: p["metadata"]["creationTimestamp"], default=None)
+
+    def steps(self, rank: int) -> list[tuple[float, int]]:
+        """(runtime timestamp, step) of the step lines of rank `rank`'s current container."""
+        pod = self.pod(rank)
+        if pod is None:
+            return []
+        rc, log, _ = run_cmd([*self.base, "logs", pod["metadata"]["name"], "-c", "pytorch",
+                              "--timestamps"], timeout=30, check=False)
+        out = []
+        for line in log.splitlines() if rc == 0 else []:
+            stamp, _, text = line.partition(" ")
+            if '"event": "step"' in text:
+                try:
+                    out.append((_stamp(stamp), int(json.loads(text)["step"])))
+                except (ValueError, KeyError):
+                    continue
+        return out
+
+    def until(self, what: str, found: Any, timeout: float) -> Any:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            value = found()
+            if value:
+                return value
+            time.sleep(0.25)
+        raise BenchError(f"job {self.name}: no {what} within {timeout:.0f}s")
+
+
+def _kill_to_resumed(kc: str, ns: str, tmp: Path, name: str, nodes: int, mode: str) -> float:
+    path = tmp / f"{name}.yaml"
+    path.write_text(_job(name, ns, nodes, mode))
+    run_cmd([*_kdist_cli(), "--kubeconfig", kc, "-n", ns, "submit", str(path), "--no-wait"],
+            env=clean_env(), timeout=120)
+    job = Job(kc, ns, name)
+    try:
+        job.until(f"step {STRIKE_AT} of rank 0", lambda: any(
+            s >= STRIKE_AT for _, s in job.steps(0)), timeout=300)
+        victim = job.pod(1)
+        if victim is None:
+            raise BenchError(f"job {name}: no pod of rank 1")
+        _, out, _ = run_cmd([*job.base, "exec", victim["metadata"]["name"], "-c", "pytorch",
+                             "--", "python", "-c", KILL], timeout=60)
+        killed = float(out.split()[1]) if out.startswith("killed") else None
+        if killed is None:
+            raise BenchError(f"job {name}: no worker killed: {out!r}")
+        # the next attempt's first step: step 1 again (no checkpoint), logged after the kill
+        first = job.until("resumed step of rank 0", lambda: next(
+            (t for t, s in job.steps(0) if s == 1 and t > killed), None), timeout=300)
+        return float(first - killed)
+    finally:
+        run_cmd([*job.base, "delete", "job", name, "--wait=false"], timeout=60, check=False)
+
+
+def run(ctx: Ctx) -> dict[str, Measured]:
+    api = kube.connect()
+    kc = str(kube.kubeconfig())
+    _, out, _ = run_cmd(["kubectl", "--kubeconfig", kc, "get", "nodes", "-o", "json"], timeout=30)
+    cpus = sum(float(parse_quantity(n["status"]["allocatable"]["cpu"]))
+               for n in json.loads(out)["items"])
+    room_for_4 = cpus >= 4 * float(parse_quantity(CPU)) + 0.2
+    counter = [0]
+    with TemporaryDirectory() as tmp, kube.namespace(api, "kdist-bench-restart") as ns:
+        ctx.say(f"    namespace {ns}")
+
+        def variant(nodes: int, mode: str) -> Any:
+            def once() -> float:
+                counter[0] += 1
+                return _kill_to_resumed(kc, ns, Path(tmp), f"rs-{counter[0]}", nodes, mode)
+            return once
+
+        variants = {"inPlace": variant(2, "inPlace"), "recreate": variant(2, "recreate")}
+        if room_for_4:
+            variants["inPlace4"] = variant(4, "inPlace")
+        v = interleave(variants, ctx.rounds, ctx.say)
+    r = ratios(v["inPlace"], v["recreate"])
+    if room_for_4:
+        q = ratios(v["inPlace4"], v["inPlace"])
+        four = Measured(median(q), q, f"{ctx.rounds} interleaved rounds")
+    else:
+        four = Measured(None, skipped=f"the cluster has {cpus:g} allocatable CPUs: no room "
+                                      f"for 4 pods of {CPU}")
+    return {
+        "restart.kill_to_resumed_s": Measured(median(v["inPlace"]), v["inPlace"]),
+        "restart.recreate_kill_to_resumed_s": Measured(median(v["recreate"]), v["recreate"]),
+        "restart.inplace_vs_recreate": Measured(median(r), r, f"{ctx.rounds} interleaved pairs"),
+        "restart.kill_to_resumed_4_vs_2": four,
+    }

@@ -1,0 +1,83 @@
+"""How a rendered gang restarts (``distributed.restartMode``): new pods, or in place.
+
+``recreate``: a failed pod fails, the Job controller makes a new one
+(``backoffLimitPerIndex`` counts them), the training operator likewise.
+
+``inPlace`` (Indexed Job only): the ``pytorch`` container carries a restart rule
+(KEP-5307's ``restartPolicyRules``) with the ``RestartAllContainers`` action
+(KEP-5532) on every retryable exit code (``exitcodes.in_place_codes``): the kubelet
+restarts the pod's containers where they are (sandbox, IP and volumes kept), with no
+pod recreated and no Job backoff. Every peer of a failed rank exits retryably too, so
+the whole gang restarts in place. The Job controller never sees these restarts, so the
+launcher counts its own starts on an emptyDir the restart keeps
+(``kdist.runtime.restarts``) and, with ``maxRestarts`` used, exits
+``exitcodes.RESTARTS_SPENT``, on which the podFailurePolicy fails the job (as on a
+code error; the rule is the same in both modes). A pod that
+is really gone (deleted, evicted, its node lost) still goes through the Job controller:
+its replacement joins the survivors, which restarted in place and wait at the
+rendezvous.
+
+``auto`` is resolved by the submitter from what the cluster answers, never from a
+version string: it sends the in-place form, which an API server without the feature
+takes as ``recreate`` (a disabled field is dropped: the launcher's own count and bound
+then match what the Job controller does) or refuses (then the recreate form is sent).
+What the created object says is the mode (``kdist.kube.objects.restart_mode_of``).
+Without a cluster (``kdist render``, ``--dry-run=client``) ``auto`` renders
+``recreate``, the form every cluster accepts.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kdist.shared import env as E
+from kdist.shared import exitcodes
+from kdist.shared.errors import RenderError
+from kdist.spec.model import TrainingJob
+
+IN_PLACE, RECREATE = "inPlace", "recreate"
+MODES = (IN_PLACE, RECREATE)
+VOLUME = "kdist-restarts"
+#: The action of KEP-5532 (beta and on by default since Kubernetes 1.36).
+ACTION = "RestartAllContainers"
+
+
+def can_restart_in_place(job: TrainingJob) -> bool:
+    """Whether the spec allows in place at all (Indexed Job, restartMode not recreate)."""
+    return job.spec.backend == "indexed-job" and job.spec.distributed.restart_mode != RECREATE
+
+
+def resolve(job: TrainingJob, cluster: bool = False) -> str:
+    """The mode to render: the spec's; for auto, inPlace when sent to a `cluster` (whose
+    answer decides), else recreate (the form every cluster accepts)."""
+    asked = job.spec.distributed.restart_mode
+    if asked != "auto":
+        return asked
+    return IN_PLACE if cluster and can_restart_in_place(job) else RECREATE
+
+
+def refused(error: Exception) -> bool:
+    """Whether a create was refused for the in-place rule (an API server that knows the
+    field but not the action): the recreate form is sent instead."""
+    return ACTION in str(error) or "restartPolicyRules" in str(error)
+
+
+def rule() -> dict[str, Any]:
+    """The container's restart rule: the whole pod restarts on a retryable exit."""
+    return {"action": ACTION,
+            "exitCodes": {"operator": "In", "values": exitcodes.in_place_codes()}}
+
+
+def apply(job: TrainingJob, mode: str, ctx: dict[str, Any]) -> None:
+    """Add `mode`'s fields to the template context."""
+    if mode not in MODES:
+        raise RenderError(f"restart mode {mode!r} is not one of {', '.join(MODES)}")
+    if mode == RECREATE:
+        return
+    if job.spec.backend != "indexed-job":
+        raise RenderError("restart mode inPlace needs backend indexed-job")
+    pod = ctx["pod_spec"]
+    pod["restart_rule"] = rule()
+    pod["env"].append({"name": E.RESTART_DIR, "value": E.DEFAULT_RESTART_DIR})
+    pod["volume_mounts"].append({"name": VOLUME, "mountPath": E.DEFAULT_RESTART_DIR})
+    pod["volumes"].append({"name": VOLUME, "emptyDir": {"sizeLimit": "1Mi"}})

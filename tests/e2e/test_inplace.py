@@ -1,0 +1,70 @@
+"""Restarts in place on the real cluster (distributed.restartMode): what `auto` picks, the
+restart bound kept by the launchers, and the failure it ends with.
+
+The faults themselves (a SIGKILLed worker, a deleted or evicted pod, in place and
+recreated) are tests/e2e/test_restarts.py's; a hung rank is test_byo_script.py's (auto,
+so in place here).
+"""
+
+from __future__ import annotations
+
+import json
+
+from kubernetes import client
+
+from .conftest import REQUEST_TIMEOUT
+from .conftest_cli import job_file_fixture, kdist_fixture, kubectl  # noqa: F401
+
+
+def test_auto_restarts_in_place_where_the_cluster_serves_it(kube, namespace, kdist, job_file):
+    """The test clusters serve container restart rules: the in-place form kdist sends is
+    kept, and the job restarts in place (no version string was read)."""
+    path = job_file("auto", nodes=1, args=["--max-steps", "2"],
+                    distributed={"backend": "gloo", "maxRestarts": 1})
+    sub = kdist("submit", path, "--timeout", "200")
+    assert sub.returncode == 0, sub.stdout + sub.stderr
+    assert "restarts: in place" in sub.stdout, sub.stdout
+    job = client.BatchV1Api(kube.api).read_namespaced_job("auto", namespace,
+                                                         _request_timeout=REQUEST_TIMEOUT)
+    (c,) = job.spec.template.spec.containers
+    assert c.restart_policy == "Never"
+    assert [r.action for r in c.restart_policy_rules] == ["RestartAllContainers"]
+    status = json.loads(kdist("status", "auto", "-o", "json").stdout)
+    assert status["restartMode"] == "inPlace", status
+    # render, without a cluster, gives the form every cluster accepts
+    rendered = kdist("render", path)
+    assert rendered.returncode == 0 and "kind: Job" in rendered.stdout, rendered.stderr
+    assert "restartPolicyRules" not in rendered.stdout
+
+
+def test_past_max_restarts_the_job_fails_naming_the_failure(kube, namespace, kdist, job_file):
+    """Exit 137 every attempt, maxRestarts 1: one restart in place (the same pod, its
+    container restarted), then the launcher ends the job with exit 205 naming the kill;
+    the Job controller never made a second pod."""
+    path = job_file("spent", nodes=2, args=["--max-steps", "4"],
+                    distributed={"backend": "gloo", "maxRestarts": 1},
+                    paced={"PACE": "0.3", "FAIL_RANK": "1", "FAIL_AT": "2", "FAIL_CODE": "137"})
+    sub = kdist("submit", path, "--timeout", "200")
+    out = sub.stdout + sub.stderr
+    assert sub.returncode == 1, out
+    assert "restarts: in place" in sub.stdout, out
+    # The failure named is the kill, through the launcher's last line, not a counter.
+    assert "exited with code 205" in sub.stderr, out
+    assert "no restart left (1 of maxRestarts=1 used)" in sub.stderr, out
+    assert "exit 137: killed by SIGKILL" in sub.stderr, out
+    pods = json.loads(kubectl("-n", namespace, "get", "pods", "-l", "kdist.dev/job-name=spent",
+                              "-o", "json").stdout)["items"]
+    assert len(pods) == 2, [p["metadata"]["name"] for p in pods]  # none recreated
+    for pod in pods:
+        (cs,) = pod["status"]["containerStatuses"]
+        assert cs["restartCount"] == 1, cs  # once in place, then the job failed
+        assert cs["state"]["terminated"]["exitCode"] == 205, cs
+    job = json.loads(kubectl("-n", namespace, "get", "job", "spent", "-o", "json").stdout)
+    reasons = {c["type"]: c.get("reason") for c in job["status"]["conditions"]}
+    assert reasons.get("Failed") == "PodFailurePolicy", reasons
+    status = json.loads(kdist("status", "spent", "-o", "json").stdout)
+    assert status["phase"] == "Failed" and status["restartMode"] == "inPlace", status
+    # every exit is kept: the first 137 (restarted in place) and the final 205s
+    codes = sorted(f["exit_code"] for f in status["failures"])
+    assert 137 in codes and codes.count(205) == 2, status["failures"]
+    assert all(r["restarts"] == 1 for r in status["ranks"]), status["ranks"]

@@ -1,0 +1,232 @@
+"""Restarts in place (distributed.restartMode): what is rendered, how the cluster is asked,
+and how the launcher counts and bounds its own restarts."""
+
+from __future__ import annotations
+
+import copy
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+
+from kdist.api.jobs import create
+from kdist.kube.objects import restart_mode_of
+from kdist.kube.restartprobe import serves_in_place
+from kdist.kube.tracker import Tracker
+from kdist.rendering import render
+from kdist.rendering import restarts as R
+from kdist.shared import exitcodes
+from kdist.shared.errors import ClusterError, SpecError, UsageError
+from kdist.spec import validate_job
+from tests.unit import restricted
+from tests.unit.helpers import spec_with
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def job(mode: str = "inPlace", **changes: Any):
+    return validate_job(spec_with(**{"spec.distributed": {"restartMode": mode,
+                                                          "maxRestarts": 2}}, **changes))
+
+
+def container(obj: dict[str, Any]) -> dict[str, Any]:
+    return obj["spec"]["template"]["spec"]["containers"][0]
+
+
+# --- rendering ------------------------------------------------------------------------------
+
+
+def test_in_place_renders_the_restart_rule_on_every_retryable_code():
+    jobobj, _svc = render(job())
+    c = container(jobobj)
+    assert c["restartPolicy"] == "Never"
+    (rule,) = c["restartPolicyRules"]
+    assert rule["action"] == "RestartAllContainers"
+    assert rule["exitCodes"]["operator"] == "In"
+    codes = rule["exitCodes"]["values"]
+    assert {137, 143, exitcodes.PEER_LOST, exitcodes.HUNG} <= set(codes)
+    assert all(exitcodes.is_retryable(code) for code in codes)
+    assert not set(codes) & set(exitcodes.CODE_ERRORS)
+    assert exitcodes.RESTARTS_SPENT not in codes
+    # the launcher bounds restarts: its "spent" code fails the job, as code errors do
+    fail = jobobj["spec"]["podFailurePolicy"]["rules"][1]
+    assert fail["action"] == "FailJob"
+    assert exitcodes.RESTARTS_SPENT in fail["onExitCodes"]["values"]
+    assert restart_mode_of(jobobj) == "inPlace"
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
+    volumes = {v["name"]: v for v in jobobj["spec"]["template"]["spec"]["volumes"]}
+    assert mounts[R.VOLUME] == env["KDIST_RESTART_DIR"]
+    assert "emptyDir" in volumes[R.VOLUME]  # kept by an in-place restart, per pod
+
+
+def test_in_place_passes_the_api_schema_and_the_restricted_profile():
+    for obj in render(job()):
+        kubernetes_validate.validate(obj, "1.37", strict=True)
+    (pod_spec,) = restricted.pod_specs(render(job())[0])
+    assert restricted.violations(pod_spec) == []
+
+
+@pytest.mark.parametrize("mode", ["auto", "recreate"])
+def test_without_a_cluster_auto_renders_recreate_the_form_every_cluster_accepts(mode):
+    jobobj, _svc = render(job(mode))
+    c = container(jobobj)
+    assert "restartPolicyRules" not in c and "restartPolicy" not in c
+    assert "KDIST_RESTART_DIR" not in {e["name"] for e in c["env"]}
+    assert restart_mode_of(jobobj) == "recreate"
+
+
+def test_in_place_on_a_pytorchjob_is_refused_naming_the_field():
+    with pytest.raises(SpecError, match="restartMode inPlace needs backend indexed-job"):
+        job(**{"spec.backend": "pytorchjob"})
+    assert R.resolve(job("auto", **{"spec.backend": "pytorchjob"}), cluster=True) == "recreate"
+
+
+def test_an_overlay_may_not_set_the_restart_rules():
+    overlay = {"spec": {"containers": [{"name": "pytorch", "restartPolicyRules": []}]}}
+    with pytest.raises(SpecError, match="restartMode"):
+        validate_job(spec_with(**{"spec.podTemplateOverlay": overlay}))
+
+
+# --- asking the cluster ---------------------------------------------------------------------
+
+
+class FakeCluster:
+    """Answers creates as an API server with the feature on ("keep"), its gate off ("drop":
+    a disabled field is dropped, not refused), or the action unknown ("refuse")."""
+
+    server = "https://fake:6443"
+
+    def __init__(self, answer: str) -> None:
+        self.answer = answer
+        self.asked: list[tuple[str, str, dict[str, Any]]] = []
+        self.created: list[list[dict[str, Any]]] = []
+
+    def _refused(self, job: dict[str, Any]) -> bool:
+        return self.answer == "refuse" and restart_mode_of(job) == "inPlace"
+
+    def _answer(self, obj: dict[str, Any]) -> dict[str, Any]:
+        obj = copy.deepcopy(obj)
+        if self.answer == "drop":
+            for c in obj["spec"].get("template", {}).get("spec", {}).get("containers", []):
+                c.pop("restartPolicyRules", None)
+                c.pop("restartPolicy", None)
+        return obj
+
+    def request(self, action, method, path, query=None, body=None):
+        self.asked.append((method, path, query))
+        if self.answer == "forbidden":
+            raise ClusterError("forbidden: cannot create jobs in namespace d")
+        if self._refused(body):
+            raise ClusterError(REFUSAL)
+        return self._answer(body)
+
+    def create(self, objects, *, dry_run=False):
+        self.created.append(objects)
+        if self._refused(objects[0]):
+            raise ClusterError(REFUSAL)
+        return [self._answer(o) for o in objects], []
+
+
+REFUSAL = ('job.batch/unit-job in namespace d is invalid: spec.template.spec.containers[0]'
+           '.restartPolicyRules[0].action: Unsupported value: "RestartAllContainers"')
+
+
+@pytest.mark.parametrize(("answer", "mode"), [("keep", "inPlace"), ("drop", "recreate"),
+                                              ("refuse", "recreate")])
+def test_auto_sends_in_place_and_the_cluster_answer_decides(answer, mode):
+    """No version string, no extra request: the in-place form is created; a cluster without
+    the gate drops the rule (the job recreates), one without the action refuses it (the
+    recreate form is sent instead)."""
+    cluster = FakeCluster(answer)
+    created, _ = create(cluster, job("auto", **{"metadata.namespace": "d"}), None, False)
+    assert restart_mode_of(created[0]) == mode
+    assert cluster.asked == []  # no dry run for auto
+    assert len(cluster.created) == (2 if answer == "refuse" else 1)
+    assert restart_mode_of(cluster.created[0][0]) == "inPlace"
+
+
+def test_in_place_asked_of_a_cluster_that_does_not_serve_it_is_refused_before_creating():
+    cluster = FakeCluster("drop")
+    with pytest.raises(UsageError, match=r"restartMode inPlace: .*dropped container restart"):
+        create(cluster, job("inPlace", **{"metadata.namespace": "d"}), None, False)
+    ((method, path, query),) = cluster.asked
+    assert (method, query["dryRun"]) == ("POST", "All") and path.endswith("/jobs")
+    assert cluster.created == []
+    refusing = FakeCluster("refuse")
+    with pytest.raises(UsageError, match="refused container restart rules"):
+        create(refusing, job("inPlace", **{"metadata.namespace": "d"}), None, False)
+    served = FakeCluster("keep")
+    created, _ = create(served, job("inPlace", **{"metadata.namespace": "d"}), None, False)
+    assert restart_mode_of(created[0]) == "inPlace"
+
+
+def test_recreate_sends_no_rule_and_other_errors_are_not_hidden():
+    cluster = FakeCluster("refuse")
+    created, _ = create(cluster, job("recreate", **{"metadata.namespace": "d"}), None, False)
+    assert restart_mode_of(created[0]) == "recreate" and cluster.asked == []
+    with pytest.raises(ClusterError, match="forbidden"):
+        serves_in_place(FakeCluster("forbidden"),
+                        render(job(**{"metadata.namespace": "d"}), None, "inPlace")[0])
+
+
+# --- status ---------------------------------------------------------------------------------
+
+
+def test_status_reads_the_mode_from_the_job():
+    from kdist.cli.progress import restarts_text
+
+    jobobj = render(job(**{"metadata.namespace": "d"}), None, "inPlace")[0]
+    t = Tracker("unit-job", "d")
+    t.job_event("ADDED", jobobj)
+    assert t.state.restart_mode == "inPlace"
+    assert t.state.to_dict()["restartMode"] == "inPlace"
+    assert restarts_text(t.state, ", ") == ", restart 0 of 2 (in place)"
+
+
+# --- the launcher ---------------------------------------------------------------------------
+
+KILL_SELF = "import os, signal; print('restart', os.environ['KDIST_RESTART_COUNT'], " \
+            "flush=True); os.kill(os.getpid(), signal.SIGKILL)"
+
+
+def launch(tmp_path: Path, restart_dir: Path, max_restarts: int, failures: str = "0"):
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("KDIST_")},
+           "KDIST_JOB_NAME": "t", "KDIST_NNODES": "1", "KDIST_NPROC_PER_NODE": "1",
+           "KDIST_DIST_BACKEND": "gloo", "KDIST_MAX_RESTARTS": str(max_restarts),
+           "KDIST_INDEX_FAILURES": failures, "KDIST_RESTART_DIR": str(restart_dir),
+           "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "kdist.launch", "--", "python", "-c",
+                           KILL_SELF], env=env, cwd=tmp_path, capture_output=True, text=True,
+                          timeout=60)
+
+
+@pytest.mark.timeout(120)
+def test_the_launcher_counts_its_starts_and_ends_the_job_once_restarts_are_spent(tmp_path):
+    """Each start in the same pod (the same emptyDir) is a restart in place; with
+    maxRestarts used, the retryable exit becomes RESTARTS_SPENT and names the failure."""
+    where = tmp_path / "restarts"
+    where.mkdir()
+    first = launch(tmp_path, where, max_restarts=1)
+    assert first.returncode == 137, first.stderr
+    assert "restart 0" in first.stdout and "restart 0 of 1 allowed" in first.stderr
+    second = launch(tmp_path, where, max_restarts=1)  # the kubelet restarted it in place
+    assert "restart 1" in second.stdout  # what the worker sees (TORCHELASTIC_RESTART_COUNT too)
+    assert second.returncode == exitcodes.RESTARTS_SPENT, second.stderr
+    last = second.stderr.strip().splitlines()[-1]
+    assert "no restart left (1 of maxRestarts=1 used)" in last
+    assert "killed by SIGKILL" in last and "exit 137" in last
+
+
+@pytest.mark.timeout(120)
+def test_a_replaced_pods_count_starts_from_its_index_failures(tmp_path):
+    """The Job controller's failures of the index (a deleted pod's replacement) count too:
+    a fresh emptyDir with one failure is restart 1, as its survivors are."""
+    where = tmp_path / "fresh"
+    where.mkdir()
+    out = launch(tmp_path, where, max_restarts=3, failures="1")
+    assert "restart 1" in out.stdout and out.returncode == 137, out.stderr
