@@ -27,6 +27,7 @@ from kdist.shared.errors import UsageError
 if TYPE_CHECKING:
     from kdist.api.steps import Step
     from kdist.kube.tracker import JobState
+    from kdist.kube.verdict import Verdict
     from kdist.rendering.workdir import Packed
     from kdist.spec.model import TrainingJob
 
@@ -53,6 +54,15 @@ class Client:
     def namespace(self) -> str:
         """The namespace the verbs use: `namespace=`, else the context's, else "default"."""
         return self._conn.namespace()
+
+    def check(self) -> list[Verdict]:
+        """What a first submit needs, one verdict each (`kdist check`): the kubeconfig,
+        the connection, the credentials, the namespace, kdist's permissions there, and
+        which optional backends and features the cluster serves. Never raises for a
+        failed check: a verdict's `status` is "fail", and its `fix` says what to do."""
+        from kdist.kube.probe import check
+
+        return check(self.options)
 
     # -- job files, no cluster ------------------------------------------------------------
 
