@@ -34,6 +34,12 @@ if TYPE_CHECKING:
 PathLike = str | os.PathLike[str]
 
 
+def never() -> bool:
+    """`watch_jobs`'s default `stop`: watch until interrupted (one object, so the shortcut's
+    default is the method's)."""
+    return False
+
+
 class Client:
     """A cluster target (kubectl's global flags as keywords) and the verbs that use it."""
 
@@ -240,7 +246,7 @@ class Client:
     def watch_jobs(self, *, on_update: Callable[[list[JobState]], None],
                    all_namespaces: bool = False, selector: str = "",
                    progress_every: float = 10.0,
-                   stop: Callable[[], bool] = lambda: False) -> None:
+                   stop: Callable[[], bool] = never) -> None:
         """Report every kdist job's state (and rank 0's last step) until `stop()` says so."""
         checks.callback(on_update, "on_update")
         checks.flag(all_namespaces, "all_namespaces")

@@ -101,7 +101,17 @@ def render_objects(job: TrainingJob, code: Packed | None = None) -> list[dict[st
     return render_job(checks.job(job, or_file=False), checks.code(code))
 
 
-render = render_objects
+def render(job: TrainingJob | str | os.PathLike[str],
+           code: Packed | None = None) -> list[dict[str, Any]]:
+    """`kdist.render`: every Kubernetes object of `job`, a TrainingJob (`kdist.load_job`) or
+    a job file's path (loaded, and its spec.workdir packed, as `kdist render FILE` does).
+    Anything else is a UsageError naming it."""
+    from kdist.api import checks
+
+    if isinstance(job, (str, os.PathLike)):
+        loaded = load_file(checks.path(job, "job"), local=False)
+        return render_objects(loaded, checks.code(code) or pack_code(loaded))
+    return render_objects(checks.job(job), code)
 
 
 def load_job(path: str | os.PathLike[str]) -> TrainingJob:
