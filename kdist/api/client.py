@@ -89,12 +89,15 @@ class Client:
 
     def run_local(self, job: TrainingJob | PathLike, *, workdir: PathLike | None = None,
                   stdout: IO[str] | None = None) -> int:
-        """Run `job` here as `kdist run --local` (every node a process group); its exit code."""
+        """Run `job` here as `kdist run --local` (every node a process group); its exit code.
+        Its state (`.kdist/<name>`) sits beside a job file, else in the current directory."""
         checks.writer(stdout, "stdout")
+        job_file = None
         if isinstance(job, (str, os.PathLike)):
-            job = files.load_file(checks.path(job, "job"), local=True)
+            job_file = checks.path(job, "job")
+            job = files.load_file(job_file, local=True)
         job, code = self._job_and_code(job, None, workdir)
-        return files.run_local(job, code=code, stdout=stdout)
+        return files.run_local(job, code=code, stdout=stdout, job_file=job_file)
 
     def _job_and_code(self, job: TrainingJob | PathLike, backend: str | None,
                       workdir: PathLike | None,
