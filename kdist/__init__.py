@@ -25,7 +25,18 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
+#: Everything `kdist.api` exports is importable from `kdist` too (docs/python-api.md says
+#: so; a test holds this list equal to `kdist.api.__all__`).
+_API = (
+    "DELETE_TIMEOUT", "Client", "ClusterOptions", "Connection", "Deleted", "JobSummary",
+    "Observer", "Quiet", "RankLog", "Submission", "Validated", "check", "check_name", "client",
+    "connect", "delete", "follow", "list_jobs", "load_file", "logs", "metrics", "namespace",
+    "pack_code", "pod_security", "rank_logs", "reattach_hint", "render_objects", "run_local",
+    "security_note", "status", "submit", "target", "timeout_line", "to_json", "to_yaml",
+    "train", "validate_file", "wait", "wait_many", "watch_jobs", "with_namespace",
+)
 _LAZY = {
+    **dict.fromkeys(_API, "kdist.api"),
     "ClusterError": "kdist.shared.errors",
     "JobFailed": "kdist.shared.errors",
     "JobNotFound": "kdist.shared.errors",
@@ -34,46 +45,78 @@ _LAZY = {
     "TimedOut": "kdist.shared.errors",
     "UsageError": "kdist.shared.errors",
     "TrainingJob": "kdist.spec.model",
+    # The results the API's docs name: a job's state, a step, a `kdist check` verdict.
+    "JobState": "kdist.kube.state",
+    "Step": "kdist.api.steps",
+    "Verdict": "kdist.kube.verdict",
     # The job-file functions through kdist.api, which checks their arguments first.
     "load_job": "kdist.api.files",
     "parse_job": "kdist.api.files",
     "render": "kdist.api.files",
     "to_yaml": "kdist.api.files",
-    "Client": "kdist.api",
-    "metrics": "kdist.api",
-    "train": "kdist.api",
-    "wait_many": "kdist.api",
-    "submit": "kdist.api",
-    "wait": "kdist.api",
-    "status": "kdist.api",
-    "logs": "kdist.api",
-    "list_jobs": "kdist.api",
-    "delete": "kdist.api",
     # For a user's own training script (the runtime: torch, no CLI libraries).
     "preemption_requested": "kdist.runtime.preemption",
     "PREEMPTED": "kdist.runtime.preemption",
 }
-__all__ = [
-    "PREEMPTED", "preemption_requested",
-    "Client", "ClusterError", "JobFailed", "JobNotFound", "KdistError", "SpecError", "TimedOut",
-    "TrainingJob", "UsageError", "delete", "list_jobs", "load_job", "logs", "metrics",
-    "parse_job", "render", "status", "submit", "to_yaml", "train", "wait", "wait_many",
+__all__ = [  # every name of _LAZY (a test holds them equal)
+    "Client", "ClusterError", "ClusterOptions", "Connection", "DELETE_TIMEOUT", "Deleted",
+    "JobFailed", "JobNotFound", "JobState", "JobSummary", "KdistError", "Observer",
+    "PREEMPTED", "Quiet", "RankLog", "SpecError", "Step", "Submission", "TimedOut",
+    "TrainingJob", "UsageError", "Validated", "Verdict", "check", "check_name", "client",
+    "connect", "delete", "follow", "list_jobs", "load_file", "load_job", "logs", "metrics",
+    "namespace", "pack_code", "parse_job", "pod_security", "preemption_requested", "rank_logs",
+    "reattach_hint", "render", "render_objects", "run_local", "security_note", "status",
+    "submit", "target", "timeout_line", "to_json", "to_yaml", "train", "validate_file", "wait",
+    "wait_many", "watch_jobs", "with_namespace",
 ]
 
 if TYPE_CHECKING:
     from kdist.api import (
+        DELETE_TIMEOUT,
         Client,
+        ClusterOptions,
+        Connection,
+        Deleted,
+        JobSummary,
+        Observer,
+        Quiet,
+        RankLog,
+        Submission,
+        Validated,
+        check,
+        check_name,
+        client,
+        connect,
         delete,
+        follow,
         list_jobs,
+        load_file,
         logs,
         metrics,
+        namespace,
+        pack_code,
+        pod_security,
+        rank_logs,
+        reattach_hint,
+        render_objects,
+        run_local,
+        security_note,
         status,
         submit,
+        target,
+        timeout_line,
+        to_json,
         train,
+        validate_file,
         wait,
         wait_many,
+        watch_jobs,
+        with_namespace,
     )
     from kdist.api.files import load_job, parse_job, render, to_yaml
+    from kdist.api.steps import Step
+    from kdist.kube.state import JobState
+    from kdist.kube.verdict import Verdict
     from kdist.runtime.preemption import PREEMPTED, preemption_requested
     from kdist.shared.errors import (
         ClusterError,
@@ -94,3 +137,8 @@ def __getattr__(name: str) -> Any:
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value
+
+
+def __dir__() -> list[str]:
+    """What a notebook's completion offers: the lazy names too, before first use."""
+    return sorted(set(globals()) | set(_LAZY))

@@ -43,7 +43,8 @@ FAILED_STOP_GRACE_S = 10.0
 
 def run_local(job: Any, *, stdout: IO[str] | None = None, code: Any = None,
               on_attempt: Callable[[int], None] | None = None,
-              on_interrupt: Callable[[int], None] | None = None) -> int:
+              on_interrupt: Callable[[int], None] | None = None, root: Path | None = None,
+              ) -> int:
     """Run ``job`` as ``job.spec.nodes`` local launchers; return the job's exit code.
 
     The exit code is the most telling one a node exits with (a code error
@@ -51,16 +52,16 @@ def run_local(job: Any, *, stdout: IO[str] | None = None, code: Any = None,
     ``spec.distributed.maxRestarts`` restarts of every node. When the spec's
     port is taken here (another local run), a free one is used, said in one
     line on stderr. `code` (a packed workdir) runs the nodes in a fresh copy of
-    it (``local_workspace``). `on_interrupt(signal)`: see ``run_nodes``.
-    """
+    it (``local_workspace``). `on_interrupt(signal)`: see ``run_nodes``. `root`: where
+    ``.kdist/<name>`` is (`local_state.state_root`; default the current directory)."""
     from kdist.rendering import contract
 
-    _preflight(job)
+    _preflight(job, root := root or Path.cwd())
     # Each node's container env as a pod's spec lists it (not yet this process's env).
     envs = [contract.env_contract(job, node_rank=i, master_addr=LOCAL_MASTER)
             for i in range(job.spec.nodes)]
     _gpu_env(job, envs)
-    ckpt = local_checkpoint_dir(job, Path.cwd())
+    ckpt = local_checkpoint_dir(job, root)
     if ckpt is not None:
         try:
             ckpt.mkdir(parents=True, exist_ok=True)
@@ -82,7 +83,7 @@ def run_local(job: Any, *, stdout: IO[str] | None = None, code: Any = None,
               f"uses port {chosen}", file=sys.stderr, flush=True)
         for env in envs:
             env[E.MASTER_PORT] = str(chosen)
-    workspace = None if code is None else local_workspace(job, code, Path.cwd())
+    workspace = None if code is None else local_workspace(job, code, root)
     if workspace is not None:
         print(f"kdist: code {code.sha256[:12]} unpacked into {workspace} (the pods' "
               f"{E.DEFAULT_CODE_DIR}): the nodes run there", file=sys.stderr, flush=True)
@@ -185,11 +186,11 @@ def local_workspace(job: Any, code: Any, cwd: Path) -> Path:
     return workspace
 
 
-def _preflight(job: Any) -> None:
+def _preflight(job: Any, root: Path) -> None:
     """What a local run needs, checked before any process starts (UsageError, exit 2)."""
     import importlib.util
 
-    state_dir(job.metadata.name, Path.cwd())  # first: refused with or without torch
+    state_dir(job.metadata.name, root)  # first: refused with or without torch
     try:
         has_torch = importlib.util.find_spec("torch") is not None
     except (ImportError, ValueError):  # a broken install, or torch blocked in sys.modules

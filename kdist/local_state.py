@@ -1,4 +1,9 @@
-"""Where `kdist run --local` keeps a job's state: ``.kdist/<name>`` in the current directory.
+"""Where `kdist run --local` keeps a job's state: ``.kdist/<name>`` beside the job file.
+
+Beside the job file, not in the current directory, so that a run started from
+anywhere finds the same checkpoints (and never litters another directory). With
+no job file (the built-in starter job, `train(local=True)`, a TrainingJob made in
+Python) it is the current directory: there is no file to sit beside.
 
 A run clears parts of it (the last run's code and workspace, `kdist.local.local_workspace`;
 the workloads prune checkpoints), so none of it may be a symlink: clearing through one
@@ -17,9 +22,17 @@ from kdist.shared.errors import UsageError
 STATE_DIRS = ("code", "workspace", "checkpoints")
 
 
+def state_root(job_file: str | None) -> Path:
+    """The directory that holds `.kdist`: the job file's (absolute: the workers run
+    elsewhere and get paths under it), else the current directory."""
+    import os
+
+    return Path(os.path.abspath(job_file)).parent if job_file else Path.cwd()
+
+
 def state_dir(job_name: str, cwd: Path) -> Path:
-    """`.kdist/<job_name>` under `cwd`; UsageError when `.kdist`, it or one of its
-    `STATE_DIRS` is a symlink, or `.kdist` or it is not a directory."""
+    """`.kdist/<job_name>` under `cwd` (the `state_root`); UsageError when `.kdist`, it or
+    one of its `STATE_DIRS` is a symlink, or `.kdist` or it is not a directory."""
     state = cwd / ".kdist" / job_name
     for path in (state.parent, state, *(state / d for d in STATE_DIRS)):
         if path.is_symlink():
@@ -33,7 +46,8 @@ def state_dir(job_name: str, cwd: Path) -> Path:
 
 
 def local_checkpoint_dir(job: Any, cwd: Path) -> Path | None:
-    """Where a local run keeps checkpoints: `.kdist/<name>/checkpoints` under `cwd`.
+    """Where a local run keeps checkpoints: `.kdist/<name>/checkpoints` under `cwd` (the
+    `state_root`).
 
     The spec's path (e.g. /checkpoints) is a mount point inside the pods; on a
     workstation it is usually not writable, and a second local run should

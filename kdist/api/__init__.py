@@ -36,6 +36,7 @@ from kdist.api.files import (
 )
 from kdist.api.jobs import DELETE_TIMEOUT, follow, timeout_line, with_namespace
 from kdist.api.shortcuts import (
+    check,
     client,
     delete,
     list_jobs,
@@ -67,9 +68,9 @@ from kdist.api.types import (
 
 __all__ = [
     "DELETE_TIMEOUT", "Client", "ClusterOptions", "Connection", "Deleted", "JobSummary",
-    "Observer", "Quiet", "RankLog", "Submission", "Validated", "check_name", "client",
+    "Observer", "Quiet", "RankLog", "Submission", "Validated", "check", "check_name", "client",
     "connect", "delete", "follow", "list_jobs", "load_file", "logs", "metrics", "namespace",
-    "pack_code", "pod_security", "rank_logs", "reattach_hint", "render_objects", "run_local",
-    "security_note", "status", "submit", "target", "timeout_line", "to_json", "to_yaml",
-    "train", "validate_file", "wait", "wait_many", "watch_jobs", "with_namespace",
+    "pack_code", "pod_security", "rank_logs", "reattach_hint", "render_objects",
+    "run_local", "security_note", "status", "submit", "target", "timeout_line", "to_json",
+    "to_yaml", "train", "validate_file", "wait", "wait_many", "watch_jobs", "with_namespace",
 ]

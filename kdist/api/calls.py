@@ -348,5 +348,6 @@ def _failure(lines: _Lines, fallback: str) -> JobFailed:
         return JobFailed(fallback)
     first = errors[0]
     trace = [str(t) for t in first.get("traceback") or []]
+    where = f" ({first['where']})" if isinstance(first.get("where"), str) else ""
     return JobFailed("\n".join([f"rank {first['rank']} raised {first.get('type')}: "
-                                f"{first.get('message')}", *trace[-6:]]))
+                                f"{first.get('message')}{where}", *trace[-6:]]))

@@ -27,10 +27,17 @@ from kdist.shared.errors import UsageError
 if TYPE_CHECKING:
     from kdist.api.steps import Step
     from kdist.kube.tracker import JobState
+    from kdist.kube.verdict import Verdict
     from kdist.rendering.workdir import Packed
     from kdist.spec.model import TrainingJob
 
 PathLike = str | os.PathLike[str]
+
+
+def never() -> bool:
+    """`watch_jobs`'s default `stop`: watch until interrupted (one object, so the shortcut's
+    default is the method's)."""
+    return False
 
 
 class Client:
@@ -54,6 +61,15 @@ class Client:
         """The namespace the verbs use: `namespace=`, else the context's, else "default"."""
         return self._conn.namespace()
 
+    def check(self) -> list[Verdict]:
+        """What a first submit needs, one verdict each (`kdist check`): the kubeconfig,
+        the connection, the credentials, the namespace, kdist's permissions there, and
+        which optional backends and features the cluster serves. Never raises for a
+        failed check: a verdict's `status` is "fail", and its `fix` says what to do."""
+        from kdist.kube.probe import check
+
+        return check(self.options)
+
     # -- job files, no cluster ------------------------------------------------------------
 
     def load(self, file: PathLike, *, backend: str | None = None) -> TrainingJob:
@@ -73,12 +89,15 @@ class Client:
 
     def run_local(self, job: TrainingJob | PathLike, *, workdir: PathLike | None = None,
                   stdout: IO[str] | None = None) -> int:
-        """Run `job` here as `kdist run --local` (every node a process group); its exit code."""
+        """Run `job` here as `kdist run --local` (every node a process group); its exit code.
+        Its state (`.kdist/<name>`) sits beside a job file, else in the current directory."""
         checks.writer(stdout, "stdout")
+        job_file = None
         if isinstance(job, (str, os.PathLike)):
-            job = files.load_file(checks.path(job, "job"), local=True)
+            job_file = checks.path(job, "job")
+            job = files.load_file(job_file, local=True)
         job, code = self._job_and_code(job, None, workdir)
-        return files.run_local(job, code=code, stdout=stdout)
+        return files.run_local(job, code=code, stdout=stdout, job_file=job_file)
 
     def _job_and_code(self, job: TrainingJob | PathLike, backend: str | None,
                       workdir: PathLike | None,
@@ -230,7 +249,7 @@ class Client:
     def watch_jobs(self, *, on_update: Callable[[list[JobState]], None],
                    all_namespaces: bool = False, selector: str = "",
                    progress_every: float = 10.0,
-                   stop: Callable[[], bool] = lambda: False) -> None:
+                   stop: Callable[[], bool] = never) -> None:
         """Report every kdist job's state (and rank 0's last step) until `stop()` says so."""
         checks.callback(on_update, "on_update")
         checks.flag(all_namespaces, "all_namespaces")

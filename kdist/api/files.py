@@ -101,7 +101,17 @@ def render_objects(job: TrainingJob, code: Packed | None = None) -> list[dict[st
     return render_job(checks.job(job, or_file=False), checks.code(code))
 
 
-render = render_objects
+def render(job: TrainingJob | str | os.PathLike[str],
+           code: Packed | None = None) -> list[dict[str, Any]]:
+    """`kdist.render`: every Kubernetes object of `job`, a TrainingJob (`kdist.load_job`) or
+    a job file's path (loaded, and its spec.workdir packed, as `kdist render FILE` does).
+    Anything else is a UsageError naming it."""
+    from kdist.api import checks
+
+    if isinstance(job, (str, os.PathLike)):
+        loaded = load_file(checks.path(job, "job"), local=False)
+        return render_objects(loaded, checks.code(code) or pack_code(loaded))
+    return render_objects(checks.job(job), code)
 
 
 def load_job(path: str | os.PathLike[str]) -> TrainingJob:
@@ -177,18 +187,26 @@ def security_note(file: str, line: str | None, loud: bool) -> str | None:
 
 def run_local(job: TrainingJob, *, code: Packed | None = None,
               stdout: IO[str] | None = None, observer: Any = None,
-              on_interrupt: Callable[[int], None] | None = None) -> int:
+              on_interrupt: Callable[[int], None] | None = None,
+              job_file: str | None = None) -> int:
     """Run `job` on this machine as `kdist run --local` does; the job's exit code.
+
+    Its state (`.kdist/<name>`: checkpoints, the unpacked workdir) sits beside
+    `job_file`, the file `job` was loaded from; without one, in the current directory.
 
     With an `observer` (the CLI's live table), it hears of every line and of each
     node's state as `submit`'s observer does (`kdist.api.localview`).
     `on_interrupt(signal)` hears of a Ctrl-C / SIGTERM that stopped the run (the
     exit code is then 128 + the signal).
     """
+    from kdist.local_state import state_root
+
+    root = state_root(job_file)
     if observer is not None:
         from kdist.api.localview import run_local_watched
 
-        return run_local_watched(job, observer, code=code, on_interrupt=on_interrupt)
+        return run_local_watched(job, observer, code=code, on_interrupt=on_interrupt,
+                                 root=root)
     from kdist.local import run_local as run
 
-    return run(job, code=code, stdout=stdout, on_interrupt=on_interrupt)
+    return run(job, code=code, stdout=stdout, on_interrupt=on_interrupt, root=root)

@@ -1,31 +1,45 @@
 """The module-level verbs (`kdist.submit`, `kdist.status`, ...): shortcuts over a Client.
 
-Each takes the cluster target as keywords (`kubeconfig=`, `context=`,
-`namespace=`, `request_timeout=`) and calls that client's method of the same
-name with the rest. Without a target they share one default client (one
-connection), made again when $KUBECONFIG or $KDIST_REQUEST_TIMEOUT changes.
+Each takes the Client method's own parameters, spelled out (so `help(kdist.submit)`
+and a notebook show them), plus the cluster target as keywords (`kubeconfig=`,
+`context=`, `namespace=`, `request_timeout=`), and calls that client's method of
+the same name. Each docstring is the method's, so the two cannot tell different
+stories; a test holds the parameters equal. Without a target they share one
+default client (one connection), made again when $KUBECONFIG or
+$KDIST_REQUEST_TIMEOUT changes.
 """
 
 from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from kdist.api.client import Client
-from kdist.api.types import Deleted, JobSummary, Submission
+from kdist.api.client import Client, PathLike, never
+from kdist.api.types import Deleted, JobSummary, Observer, RankLog, Submission
 
 if TYPE_CHECKING:
     from kdist.api.steps import Step
     from kdist.kube.tracker import JobState
+    from kdist.kube.verdict import Verdict
+    from kdist.rendering.workdir import Packed
+    from kdist.spec.model import TrainingJob
+
+__all__ = ["check", "client", "delete", "list_jobs", "logs", "metrics", "namespace",
+           "rank_logs", "status", "submit", "train", "wait", "wait_many", "watch_jobs"]
 
 _default: tuple[tuple[str | None, ...], Client] | None = None
 _lock = threading.Lock()
+F = TypeVar("F", bound=Callable[..., Any])
+TARGET = ("kubeconfig", "context", "namespace", "request_timeout")
+_TARGET_DOC = """
+The cluster target, as `kdist.Client` takes it: `kubeconfig=`, `context=`,
+`namespace=`, `request_timeout=` (none given: one shared default client)."""
 
 
-def client(kubeconfig: Any = None, context: Any = None, namespace: Any = None,
-           request_timeout: Any = None) -> Client:
+def client(kubeconfig: PathLike | None = None, context: str | None = None,
+           namespace: str | None = None, request_timeout: float | None = None) -> Client:
     """A client for this target; the shared default one when no keyword is given."""
     global _default
     if (kubeconfig, context, namespace, request_timeout) != (None, None, None, None):
@@ -38,63 +52,141 @@ def client(kubeconfig: Any = None, context: Any = None, namespace: Any = None,
         return _default[1]
 
 
-def submit(job: Any, *, kubeconfig: Any = None, context: Any = None, namespace: Any = None,
-           request_timeout: Any = None, **kwargs: Any) -> Submission:
-    return client(kubeconfig, context, namespace, request_timeout).submit(job, **kwargs)
+def _like(method: Callable[..., Any]) -> Callable[[F], F]:
+    """The shortcut's docstring: the Client method's, then the target keywords."""
+
+    def mark(fn: F) -> F:
+        fn.__doc__ = (method.__doc__ or "").rstrip() + "\n" + _TARGET_DOC
+        return fn
+
+    return mark
 
 
-def wait(name: str, *, kubeconfig: Any = None, context: Any = None, namespace: Any = None,
-         request_timeout: Any = None, **kwargs: Any) -> JobState:
-    return client(kubeconfig, context, namespace, request_timeout).wait(name, **kwargs)
+@_like(Client.submit)
+def submit(job: TrainingJob | PathLike, *, wait: bool = True, replace: bool = False,
+           dry_run: str | None = None, timeout: float | None = None, logs: bool = False,
+           observer: Observer | None = None,
+           on_submitted: Callable[[Submission], None] | None = None,
+           code: Packed | None = None, backend: str | None = None,
+           workdir: PathLike | None = None, kubeconfig: PathLike | None = None,
+           context: str | None = None, namespace: str | None = None,
+           request_timeout: float | None = None) -> Submission:
+    return client(kubeconfig, context, namespace, request_timeout).submit(
+        job, wait=wait, replace=replace, dry_run=dry_run, timeout=timeout, logs=logs,
+        observer=observer, on_submitted=on_submitted, code=code, backend=backend,
+        workdir=workdir)
 
 
-def status(name: str, *, kubeconfig: Any = None, context: Any = None, namespace: Any = None,
-           request_timeout: Any = None, **kwargs: Any) -> JobState:
-    return client(kubeconfig, context, namespace, request_timeout).status(name, **kwargs)
+@_like(Client.wait)
+def wait(name: str, *, timeout: float | None = None, logs: bool = False,
+         tail: int | None = None, rank: int | None = None, check: bool = True,
+         observer: Observer | None = None, kubeconfig: PathLike | None = None,
+         context: str | None = None, namespace: str | None = None,
+         request_timeout: float | None = None) -> JobState:
+    return client(kubeconfig, context, namespace, request_timeout).wait(
+        name, timeout=timeout, logs=logs, tail=tail, rank=rank, check=check,
+        observer=observer)
 
 
-def logs(name: str, *, kubeconfig: Any = None, context: Any = None, namespace: Any = None,
-         request_timeout: Any = None, **kwargs: Any) -> Iterator[tuple[int, str]]:
-    return client(kubeconfig, context, namespace, request_timeout).logs(name, **kwargs)
+@_like(Client.status)
+def status(name: str, *, tail: int = 2000, kubeconfig: PathLike | None = None,
+           context: str | None = None, namespace: str | None = None,
+           request_timeout: float | None = None) -> JobState:
+    return client(kubeconfig, context, namespace, request_timeout).status(name, tail=tail)
 
 
-def rank_logs(name: str, *, kubeconfig: Any = None, context: Any = None,
-              namespace: Any = None, request_timeout: Any = None, **kwargs: Any) -> list[Any]:
-    return client(kubeconfig, context, namespace, request_timeout).rank_logs(name, **kwargs)
+@_like(Client.logs)
+def logs(name: str, *, follow: bool = False, tail: int | None = None,
+         ranks: int | Sequence[int] | None = None,
+         on_note: Callable[[int, str], None] | None = None,
+         kubeconfig: PathLike | None = None, context: str | None = None,
+         namespace: str | None = None,
+         request_timeout: float | None = None) -> Iterator[tuple[int, str]]:
+    return client(kubeconfig, context, namespace, request_timeout).logs(
+        name, follow=follow, tail=tail, ranks=ranks, on_note=on_note)
 
 
-def metrics(name: str, *, kubeconfig: Any = None, context: Any = None, namespace: Any = None,
-            request_timeout: Any = None) -> dict[int, list[Step]]:
+@_like(Client.rank_logs)
+def rank_logs(name: str, *, rank: int | None = None, tail: int | None = None,
+              kubeconfig: PathLike | None = None, context: str | None = None,
+              namespace: str | None = None,
+              request_timeout: float | None = None) -> list[RankLog]:
+    return client(kubeconfig, context, namespace, request_timeout).rank_logs(
+        name, rank=rank, tail=tail)
+
+
+@_like(Client.metrics)
+def metrics(name: str, *, kubeconfig: PathLike | None = None, context: str | None = None,
+            namespace: str | None = None,
+            request_timeout: float | None = None) -> dict[int, list[Step]]:
     return client(kubeconfig, context, namespace, request_timeout).metrics(name)
 
 
-def list_jobs(*, kubeconfig: Any = None, context: Any = None, namespace: Any = None,
-              request_timeout: Any = None, **kwargs: Any) -> list[JobSummary]:
-    return client(kubeconfig, context, namespace, request_timeout).list_jobs(**kwargs)
+@_like(Client.list_jobs)
+def list_jobs(*, all_namespaces: bool = False, selector: str = "",
+              kubeconfig: PathLike | None = None, context: str | None = None,
+              namespace: str | None = None,
+              request_timeout: float | None = None) -> list[JobSummary]:
+    return client(kubeconfig, context, namespace, request_timeout).list_jobs(
+        all_namespaces=all_namespaces, selector=selector)
 
 
-def delete(name: str, *, kubeconfig: Any = None, context: Any = None, namespace: Any = None,
-           request_timeout: Any = None, **kwargs: Any) -> Deleted:
-    return client(kubeconfig, context, namespace, request_timeout).delete(name, **kwargs)
+@_like(Client.delete)
+def delete(name: str, *, wait: bool = True, timeout: float = 300,
+           kubeconfig: PathLike | None = None, context: str | None = None,
+           namespace: str | None = None, request_timeout: float | None = None) -> Deleted:
+    return client(kubeconfig, context, namespace, request_timeout).delete(
+        name, wait=wait, timeout=timeout)
 
 
-def wait_many(names: Any = (), *, kubeconfig: Any = None, context: Any = None,
-              namespace: Any = None, request_timeout: Any = None,
-              **kwargs: Any) -> list[JobState]:
-    return client(kubeconfig, context, namespace, request_timeout).wait_many(names, **kwargs)
+@_like(Client.wait_many)
+def wait_many(names: Sequence[str] = (), *, all_jobs: bool = False, selector: str = "",
+              timeout: float | None = None, check: bool = True,
+              on_update: Callable[[list[JobState]], None] | None = None,
+              on_end: Callable[[JobState], None] | None = None,
+              kubeconfig: PathLike | None = None, context: str | None = None,
+              namespace: str | None = None,
+              request_timeout: float | None = None) -> list[JobState]:
+    return client(kubeconfig, context, namespace, request_timeout).wait_many(
+        names, all_jobs=all_jobs, selector=selector, timeout=timeout, check=check,
+        on_update=on_update, on_end=on_end)
 
 
-def watch_jobs(*, kubeconfig: Any = None, context: Any = None, namespace: Any = None,
-               request_timeout: Any = None, **kwargs: Any) -> None:
-    client(kubeconfig, context, namespace, request_timeout).watch_jobs(**kwargs)
+@_like(Client.watch_jobs)
+def watch_jobs(*, on_update: Callable[[list[JobState]], None],
+               all_namespaces: bool = False, selector: str = "",
+               progress_every: float = 10.0,
+               stop: Callable[[], bool] = never,
+               kubeconfig: PathLike | None = None, context: str | None = None,
+               namespace: str | None = None, request_timeout: float | None = None) -> None:
+    client(kubeconfig, context, namespace, request_timeout).watch_jobs(
+        on_update=on_update, all_namespaces=all_namespaces, selector=selector,
+        progress_every=progress_every, stop=stop)
 
 
-def train(fn: Any, *, kubeconfig: Any = None, context: Any = None, namespace: Any = None,
-          request_timeout: Any = None, **kwargs: Any) -> Any:
-    return client(kubeconfig, context, namespace, request_timeout).train(fn, **kwargs)
+@_like(Client.train)
+def train(fn: Callable[..., Any] | PathLike, *, nodes: int = 1,
+          procs_per_node: int = 1, args: Sequence[Any] | Mapping[str, Any] | None = None,
+          image: str | None = None, backend: str = "indexed-job",
+          workdir: PathLike | None = None, local: bool = False, name: str | None = None,
+          timeout: float | None = None, logs: bool = True,
+          env: Mapping[str, str] | None = None, resources: Mapping[str, Any] | None = None,
+          spec: Mapping[str, Any] | None = None, kubeconfig: PathLike | None = None,
+          context: str | None = None, namespace: str | None = None,
+          request_timeout: float | None = None) -> Any:
+    return client(kubeconfig, context, namespace, request_timeout).train(
+        fn, nodes=nodes, procs_per_node=procs_per_node, args=args, image=image,
+        backend=backend, workdir=workdir, local=local, name=name, timeout=timeout,
+        logs=logs, env=env, resources=resources, spec=spec)
 
 
-def namespace(*, kubeconfig: Any = None, context: Any = None, namespace: Any = None,
-              request_timeout: Any = None) -> str:
+@_like(Client.check)
+def check(*, kubeconfig: PathLike | None = None, context: str | None = None,
+          namespace: str | None = None, request_timeout: float | None = None) -> list[Verdict]:
+    return client(kubeconfig, context, namespace, request_timeout).check()
+
+
+def namespace(*, kubeconfig: PathLike | None = None, context: str | None = None,
+              namespace: str | None = None, request_timeout: float | None = None) -> str:
     """The namespace the other functions use for these options."""
     return client(kubeconfig, context, namespace, request_timeout).namespace

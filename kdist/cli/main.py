@@ -226,9 +226,11 @@ def run(opts: ClusterOptions, file: str | None, local: bool, raw: bool,
     The last line says how it ended, how long it took, rank 0's steps and loss
     (stdout when it succeeded, stderr otherwise). Exit code is the job's; Ctrl-C
     stops every node and is "interrupted", exit 130 (SIGTERM: 143). When the spec's
-    port is taken here (another local run), a free one is used and said. With a
-    workdir (--workdir, spec.workdir) the nodes run in .kdist/NAME/workspace, a
-    fresh copy unpacked from the archive the pods would get.
+    port is taken here (another local run), a free one is used and said. A local
+    run's state is .kdist/NAME beside FILE (the current directory for the starter
+    job): checkpoints, when spec.checkpoint is set, and with a workdir (--workdir,
+    spec.workdir) .kdist/NAME/workspace, where the nodes run, a fresh copy unpacked
+    from the archive the pods would get.
     """
     if not local:
         raise UsageError("kdist run needs --local (use `kdist submit FILE` for a cluster)")
@@ -240,12 +242,13 @@ def run(opts: ClusterOptions, file: str | None, local: bool, raw: bool,
     code = pack_code(job, workdir)
     summary, stopped = RunSummary(job.metadata.name), list[int]()
     display = make_local_display(raw)
+    # State (.kdist/NAME) beside FILE; the built-in starter's in the current directory.
     if display is None:
         exit_code = api.run_local(job, code=code, stdout=Tee(summary),  # type: ignore[arg-type]
-                                  on_interrupt=stopped.append)
+                                  on_interrupt=stopped.append, job_file=file)
     else:
         exit_code = api.run_local(job, code=code, observer=Sniffing(display, summary),
-                                  on_interrupt=stopped.append)
+                                  on_interrupt=stopped.append, job_file=file)
     summary.say(exit_code, stopped[0] if stopped else None)
     sys.exit(exit_code)
 

@@ -1,16 +1,20 @@
-"""`kdist run --local`'s last line: how the run ended, how long it took, its steps and loss.
+"""`kdist run --local`'s last line: how the run ended, how long it took, its steps and loss,
+and when it failed, which rank and why (the user's file:line in it, as the launcher said).
 
 The step lines (docs/DESIGN.md, the workloads' JSON events) are read as they
 pass, from rank 0: through the live table's observer on a terminal, through a
 tee of stdout otherwise (bytes go on as the ranks wrote them). One line at the
 end, on a terminal and in a pipe alike: on stdout when the run succeeded (as
 `kdist submit` says "job X succeeded"), on stderr when it failed or was
-interrupted (Ctrl-C is "interrupted", exit 130, never "failed").
+interrupted (Ctrl-C is "interrupted", exit 130, never "failed"). Why it failed is
+the launcher's own `kdist.launch: worker rank N ...` line (what a pod's termination
+message ends with too, `kdist.kube.objects.last_words`): the most telling one.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import signal
 import sys
 import time
@@ -18,9 +22,12 @@ from typing import IO, Any
 
 from kdist.cli.progress import duration
 from kdist.cli.say import say
+from kdist.shared.exitcodes import severity
 
 _RANK0 = "[rank 0] "
 MAX_LINE = 64 * 1024  # a step line is short; longer lines are not read for steps
+# The launcher's line naming a node's failed worker (kdist.runtime.agent._failed).
+_FAILED = re.compile(r"kdist\.launch: worker rank (\d+) \([^)]*\) (.+); exiting (\d+): ")
 
 
 class RunSummary:
@@ -32,8 +39,11 @@ class RunSummary:
         self.step: int | None = None
         self.loss: float | None = None
         self.done = False
+        self.failure: tuple[int, str] | None = None  # (severity, "rank N exited ...: why")
 
     def feed(self, line: str) -> None:
+        if "kdist.launch: worker rank " in line:
+            self._failed(line)
         if not line.startswith(_RANK0) or '{"event"' not in line:
             return
         try:
@@ -49,6 +59,15 @@ class RunSummary:
             self.loss = float(loss)
         self.done = self.done or record["event"] == "done"
 
+    def _failed(self, line: str) -> None:
+        m = _FAILED.search(line)
+        if m is None:
+            return
+        rank, how, code = m.groups()
+        told = (severity(int(code)), f"rank {rank} {how}")
+        if self.failure is None or told[0] < self.failure[0]:  # the first, unless outranked
+            self.failure = told
+
     def line(self, code: int, interrupted: int | None) -> str:
         took = duration(time.monotonic() - self.started)
         if interrupted is not None:
@@ -58,12 +77,14 @@ class RunSummary:
             head = f"local run {self.name} succeeded in {took}"
         else:
             head = f"local run {self.name} failed (exit code {code}) after {took}"
+        why = f": {self.failure[1]}" if code != 0 and interrupted is None and self.failure \
+            else ""
         if self.step is None:
-            return head
+            return head + why
         steps = f"{self.step} steps" if code == 0 and self.done else f"at step {self.step}"
         loss = "" if self.loss is None else \
             f", {'final' if code == 0 else 'last'} loss {self.loss:.4g}"
-        return f"{head}: {steps}{loss}"
+        return f"{head}{why}{'; ' if why else ': '}{steps}{loss}"
 
     def say(self, code: int, interrupted: int | None) -> None:
         say(self.line(code, interrupted), err=code != 0)

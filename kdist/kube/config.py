@@ -110,6 +110,13 @@ class KubeConfig:
             check_namespace(namespace, f"{path}: the context's namespace")
         return cls(path=path, in_cluster=False, namespace=namespace, _doc=doc, _opts=opts)
 
+    @property
+    def context(self) -> str:
+        """The context in use: --context, else the kubeconfig's current-context."""
+        if self.in_cluster:
+            return "(in-cluster service account)"
+        return str(self._opts.context or (self._doc or {}).get("current-context") or "")
+
     @classmethod
     def _in_cluster(cls, opts: ClusterOptions) -> KubeConfig:
         ns_file = SA_DIR / "namespace"

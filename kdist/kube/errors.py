@@ -94,12 +94,21 @@ class HttpError(Exception):
         return body if isinstance(body, dict) and body.get("kind") == "Status" else {}
 
 
+class Unreachable(ClusterError):
+    """No whole answer came: `why` says what happened, for a caller that suggests a fix
+    (`kdist check`): "refused", "no such host", "tls", "proxy", "timeout" or "other"."""
+
+    def __init__(self, message: str, why: str) -> None:
+        super().__init__(message)
+        self.why = why
+
+
 def timed_out(server: str, what: object, request_timeout: float) -> ClusterError:
     """A request that outlived its deadline (`kdist.kube.deadline`), `what` it was."""
-    return ClusterError(
+    return Unreachable(
         f"the API server at {server} did not answer {f'{what} ' if what else ''}within "
         f"{request_timeout:g}s (set --request-timeout or $KDIST_REQUEST_TIMEOUT for a slow "
-        "server)")
+        "server)", "timeout")
 
 
 def unreachable(e: BaseException, server: str, request_timeout: float,
@@ -113,14 +122,55 @@ def unreachable(e: BaseException, server: str, request_timeout: float,
         e, exc.NewConnectionError)
     if timeout or "timed out" in str(e).lower():
         return timed_out(server, what, request_timeout)
+    why = _why(e)
     if isinstance(e, exc.ProxyError):
         reason: object = f"the proxy: {e.original_error}"
     else:
         reason = getattr(e, "reason", None) or e
-        if what and not unsent(e):  # it reached the server: the answer broke off
-            return ClusterError(f"the API server at {server} did not answer {what}: "
-                                f"{' '.join(str(reason).split())}")
-    return ClusterError(f"cluster unreachable at {server}: {' '.join(str(reason).split())}")
+        # It reached the server and the answer broke off (a failed TLS handshake is no
+        # answer: the request was never sent).
+        if what and not unsent(e) and why != "tls":
+            return Unreachable(f"the API server at {server} did not answer {what}: "
+                               f"{' '.join(str(reason).split())}", why)
+    return Unreachable(f"cluster unreachable at {server}: {' '.join(str(reason).split())}",
+                       why)
+
+
+def _why(e: BaseException) -> str:
+    """What kind of transport failure `e` is, from its chain of causes (urllib3 wraps the
+    OS's error in its own, and its messages differ between versions)."""
+    import socket
+    import ssl
+
+    import urllib3
+
+    chain: list[BaseException] = []
+    todo: list[object] = [e]  # urllib3's `reason` may be a string
+    while todo and len(chain) < 16:
+        x = todo.pop()
+        if not isinstance(x, BaseException) or any(x is c for c in chain):
+            continue
+        chain.append(x)
+        todo += [getattr(x, "reason", None), getattr(x, "original_error", None),
+                 x.__cause__, x.__context__]
+    for x in chain:
+        if isinstance(x, urllib3.exceptions.ProxyError):
+            return "proxy"
+        if isinstance(x, (ssl.SSLError, urllib3.exceptions.SSLError)):
+            return "tls"
+        if isinstance(x, (socket.gaierror, getattr(urllib3.exceptions, "NameResolutionError",
+                                                   socket.gaierror))):
+            return "no such host"
+        if isinstance(x, ConnectionRefusedError):
+            return "refused"
+    text = " ".join(str(x) for x in chain).lower()
+    for words, why in ((("connection refused",), "refused"),
+                       (("name or service not known", "nodename nor servname",
+                         "name resolution", "getaddrinfo"), "no such host"),
+                       (("certificate", "ssl", "tls"), "tls")):
+        if any(w in text for w in words):
+            return why
+    return "other"
 
 
 def unsent(e: BaseException) -> bool:

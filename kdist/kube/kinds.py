@@ -62,6 +62,16 @@ SERVICE = Kind("Service", "v1", "services", "service")
 CONFIGMAP = Kind("ConfigMap", "v1", "configmaps", "configmap")
 POD = Kind("Pod", "v1", "pods", "pod")
 WORKLOAD = Kind("Workload", "kueue.x-k8s.io/v1beta2", "workloads", "workload.kueue.x-k8s.io")
+# Only asked about by `kdist check` (kdist.kube.probe): served or not, and the queues there.
+JOBSET = Kind("JobSet", "jobset.x-k8s.io/v1alpha2", "jobsets", "jobset.jobset.x-k8s.io")
+LOCALQUEUE = Kind("LocalQueue", "kueue.x-k8s.io/v1beta2", "localqueues",
+                  "localqueue.kueue.x-k8s.io")
+# The reviews `kdist check` creates: answered, never stored.
+ACCESS_REVIEW = Kind("SelfSubjectAccessReview", "authorization.k8s.io/v1",
+                     "selfsubjectaccessreviews", "selfsubjectaccessreview")
+SELF_REVIEW = Kind("SelfSubjectReview", "authentication.k8s.io/v1", "selfsubjectreviews",
+                   "selfsubjectreview")
+NAMESPACE = Kind("Namespace", "v1", "namespaces", "namespace")
 ENDPOINTSLICE = Kind("EndpointSlice", "discovery.k8s.io/v1", "endpointslices",
                      "endpointslice.discovery.k8s.io")
 

@@ -165,7 +165,7 @@ def _failed(plan: LaunchPlan, failed: list[W.Worker], output: Output) -> int:
     code = exitcodes.of_returncode(seen[rank][0])
     say(f"worker rank {rank} (node {plan.node_rank}, local rank {w.local_rank}, "
         f"pid {w.pid}) {F.describe_exit(w.exitcode or 0)}"
-        f"{F.cause(w.error_message(), output.tail(w.local_rank))}; "
+        f"{F.cause(w.error_message(), output.tail(w.local_rank), os.getcwd())}; "
         f"exiting {code}: {exitcodes.describe(code)}")
     return code
 

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from kdist.shared import frames
+from kdist.shared.tracebacks import user_frame
 
 #: The module name a function from a script run as __main__ is loaded under (running it
 #: as __main__ again would run the script's own `if __name__ == "__main__"` part).
@@ -89,7 +90,8 @@ def main(argv: list[str]) -> int:
         lines = traceback.format_exception(type(e), e, e.__traceback__)
         text = "".join(lines).rstrip("\n").splitlines()
         sys.stdout.flush()
-        print(frames.error_line(rank, type(e).__name__, str(e), text), flush=True)
+        where = user_frame(text, here)
+        print(frames.error_line(rank, type(e).__name__, str(e), text, where), flush=True)
         print("\n".join(text), file=sys.stderr, flush=True)
         return 1
 

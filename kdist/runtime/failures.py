@@ -14,6 +14,7 @@ import signal
 from collections.abc import Iterable, Mapping
 
 from kdist.shared import exitcodes
+from kdist.shared.tracebacks import user_frame
 
 # What a collective or the store says when the other end is gone: gloo's
 # transport errors carry their source path ("gloo/transport/tcp/pair.cc: ...
@@ -143,16 +144,20 @@ def describe_exit(exitcode: int) -> str:
     return f"exited with code {exitcode}"
 
 
-def cause(message: object, tail: str = "") -> str:
+def cause(message: object, tail: str = "", base: str | None = None) -> str:
     """The worker's own error, as one short clause: from its torch error file (``@record``),
-    else the last exception its output shows; "" when neither says."""
+    else the last exception its output shows; "" when neither says. Then, when its
+    traceback passed through the user's own code, where: ``(train.py:42)``, the file
+    relative to `base` (the workers' directory)."""
+    where = user_frame(tail, base)
+    at = f" ({where})" if where else ""
     if isinstance(message, dict):  # the error file's {"message": ..., "extraInfo": ...}
         message = message.get("message")
     text = str(message or "").strip()
     if text and not text.startswith("To enable traceback"):  # torch's "no error file" text
-        return f": {text.splitlines()[-1][:200]}"
+        return f": {text.splitlines()[-1][:200]}{at}"
     found = last_exceptions(tail)
     if not found:
         return ""
     kind, said = found[-1]
-    return f": {kind}: {said}"[:202] if said else f": {kind}"
+    return (f": {kind}: {said}"[:202] if said else f": {kind}") + at

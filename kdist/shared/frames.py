@@ -53,10 +53,14 @@ def result_lines(value: Any) -> list[str]:
     return [f"{RESULT} {digest} {i + 1}/{len(pieces)} {p}" for i, p in enumerate(pieces)]
 
 
-def error_line(rank: int, kind: str, message: str, traceback_lines: list[str]) -> str:
+def error_line(rank: int, kind: str, message: str, traceback_lines: list[str],
+               where: str | None = None) -> str:
+    """`where`: the user's `file:line` the exception came through (`kdist.shared.tracebacks`)."""
     trace = [line[:500] for line in traceback_lines[-TRACEBACK_LINES:]]
     info: dict[str, Any] = {"rank": rank, "type": kind[:200], "message": message[:2000],
                             "traceback": trace}
+    if where:
+        info["where"] = where[:500]
     text = json.dumps(info)
     if len(text) > MAX_ERROR_CHARS:
         info["traceback"] = trace[-3:]

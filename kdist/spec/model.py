@@ -227,7 +227,7 @@ class CheckpointVolume(_Model):
 
 class Checkpoint(_Model):
     """Where the job keeps checkpoints (KDIST_CHECKPOINT_DIR); a local run uses
-    .kdist/NAME/checkpoints instead."""
+    .kdist/NAME/checkpoints beside the job file instead."""
 
     path: str = Field(description="Where the volume is mounted in the pod; exported as "
                       "KDIST_CHECKPOINT_DIR.")

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl
 
-from tests.api.routes import RESOURCES, Route, parse, write_problem
+from tests.api.routes import RESOURCES, REVIEWS, Route, parse, write_problem
 from tests.api.store import ApiStatus, Query, Store, status_body
 
 # A login portal's page: many lines and a few KiB, as real ones are (a proxy's error
@@ -98,6 +98,12 @@ class FakeApi:
     """The server, its store, its request log and its misbehaviour rules."""
 
     kubeflow: bool = True  # serve kubeflow.org/v1 (the training operator is installed)
+    jobset: bool = False  # serve jobset.x-k8s.io (JobSet is installed)
+    kueue: bool = False  # serve kueue.x-k8s.io LocalQueues (Kueue is installed)
+    restart_rules: bool = True  # keep containers' restartPolicyRules (else dropped, as
+    # an API server without the ContainerRestartRules feature does)
+    username: str = "fake-user"  # who SelfSubjectReview says the client is
+    denied: set[str] = field(default_factory=set)  # "VERB RESOURCE[/SUB]" access reviews deny
     token: str | None = "fake-token"  # the bearer token required (None: accept any)
     tls: CertPair | None = None
     store: Store = field(default_factory=Store)
@@ -294,6 +300,21 @@ class _Handler(BaseHTTPRequestHandler):
             # What kube-apiserver answers for a group/version it does not serve.
             raise ApiStatus(status_body(404, "NotFound",
                                         "the server could not find the requested resource"))
+        if route.api_version.split("/")[0] in self._absent(api):
+            raise ApiStatus(status_body(404, "NotFound",
+                                        "the server could not find the requested resource"))
+        if req.path == "/version" and method == "GET":
+            return self._json(200, {"major": "1", "minor": "37", "gitVersion": "v1.37.2-fake"})
+        if route.shape == "namespace" and method == "GET":
+            if route.name not in store_namespaces(api):
+                raise ApiStatus(status_body(404, "NotFound", f'namespaces "{route.name}" not '
+                                            "found", name=route.name, kind="namespaces"))
+            return self._json(200, {"kind": "Namespace", "apiVersion": "v1",
+                                    "metadata": {"name": route.name}})
+        if route.plural in REVIEWS and method == "POST":
+            return self._json(201, _reviewed(api, req.body))
+        if method == "POST" and not api.restart_rules and route.plural in ("pods", "jobs"):
+            req = _without_restart_rules(req)
         if route.shape == "discovery" and method == "GET":
             return self._json(200, _discovery(route.api_version))
         if route.plural not in RESOURCES or RESOURCES[route.plural][0] != route.api_version:
@@ -334,6 +355,11 @@ class _Handler(BaseHTTPRequestHandler):
             return self._log(api, ns or "", route.name, req.query)
         raise ApiStatus(status_body(405, "MethodNotAllowed",
                                     f"the fake API does not serve {method} {req.path}"))
+
+    @staticmethod
+    def _absent(api: FakeApi) -> set[str]:
+        return {g for g, on in (("jobset.x-k8s.io", api.jobset), ("kueue.x-k8s.io", api.kueue))
+                if not on}
 
     def _watch(self, api: FakeApi, query: Query, req: Request) -> None:
         scripts = api.watch_scripts.get(query.plural)
@@ -392,6 +418,33 @@ def _body(raw: bytes) -> Any:
         return json.loads(raw)
     except ValueError:
         return raw.decode("utf-8", "replace")
+
+
+def store_namespaces(api: FakeApi) -> set[str]:
+    with api.store.cond:
+        return set(api.store.namespaces)
+
+
+def _reviewed(api: FakeApi, body: Any) -> dict[str, Any]:
+    """A review's answer: an access review allowed unless `api.denied` names it; a self
+    review names `api.username`."""
+    answer = dict(body) if isinstance(body, dict) else {}
+    if answer.get("kind") == "SelfSubjectReview":
+        return dict(answer, status={"userInfo": {"username": api.username}})
+    attrs = (answer.get("spec") or {}).get("resourceAttributes") or {}
+    sub = f"/{attrs['subresource']}" if attrs.get("subresource") else ""
+    asked = f"{attrs.get('verb')} {attrs.get('resource')}{sub}"
+    return dict(answer, status={"allowed": asked not in api.denied})
+
+
+def _without_restart_rules(req: Request) -> Request:
+    """The request as an API server without container restart rules sees it: dropped."""
+    body = json.loads(json.dumps(req.body))
+    spec = (body.get("spec") or {}) if isinstance(body, dict) else {}
+    for pod in (spec, (spec.get("template") or {}).get("spec") or {}):
+        for container in pod.get("containers") or []:
+            container.pop("restartPolicyRules", None)
+    return Request(req.method, req.path, req.query, body, req.headers, req.at)
 
 
 def _discovery(api_version: str) -> dict[str, Any]:

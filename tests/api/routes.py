@@ -22,6 +22,13 @@ RESOURCES: dict[str, tuple[str, str]] = {
     "secrets": ("v1", "Secret"),
     "endpointslices": ("discovery.k8s.io/v1", "EndpointSlice"),
     "events": ("v1", "Event"),
+    "jobsets": ("jobset.x-k8s.io/v1alpha2", "JobSet"),
+    "localqueues": ("kueue.x-k8s.io/v1beta2", "LocalQueue"),
+}
+# Reviews: created, answered, never stored (cluster-scoped, so no namespace in the URL).
+REVIEWS: dict[str, tuple[str, str]] = {
+    "selfsubjectaccessreviews": ("authorization.k8s.io/v1", "SelfSubjectAccessReview"),
+    "selfsubjectreviews": ("authentication.k8s.io/v1", "SelfSubjectReview"),
 }
 KINDS = {kind: (api_version, plural) for plural, (api_version, kind) in RESOURCES.items()}
 
@@ -89,6 +96,8 @@ def write_problem(method: str, raw_path: str, body: object) -> str | None:
         return _where_problem(route) or _name_problem(route.name)
     if route.shape != "collection":
         return f"POST to a {route.shape} URL (kdist only creates)"
+    if REVIEWS.get(route.plural) == (route.api_version, getattr(body, "get", dict().get)("kind")):
+        return None  # a question, not a write
     if raw_path.endswith("/"):
         return "POST to a URL with a trailing slash"
     problem = _where_problem(route)

@@ -143,13 +143,13 @@ def test_module_shortcuts_check_before_sending(api, kubeconfig):
 
 
 @pytest.mark.parametrize("call, words", [
-    (lambda: kdist.render("job.yaml"), ["job", "TrainingJob", "'job.yaml'"]),
+    (lambda: kdist.render(5), ["job", "TrainingJob", "or a job file", "int"]),
     (lambda: kdist.render(kdist.load_job("job.yaml"), code="abc"), ["code", "'abc'"]),
     (lambda: kdist.render(kdist.load_job("job.yaml"), "abc"), ["code", "'abc'"]),
     (lambda: kdist.load_job(5), ["path", "int"]),
     (lambda: kdist.parse_job(None), ["data", "NoneType"]),
     (lambda: kdist.to_yaml("abc"), ["objects", "str"]),
-], ids=["render(path)", "render(code=)", "render(job, code)", "load_job(5)",
+], ids=["render(5)", "render(code=)", "render(job, code)", "load_job(5)",
         "parse_job(None)", "to_yaml(str)"])
 def test_the_job_file_functions_check_their_arguments(tmp_path, monkeypatch, call, words):
     monkeypatch.chdir(tmp_path)

@@ -44,13 +44,20 @@ def test_a_function_on_two_nodes_returns_rank_0s_value(remote, tmp_path, capsys)
     assert sorted(p.name for p in workspace.glob("*.py")) == ["helper.py", "remote.py"]
 
 
+def raising(module) -> int:
+    """The line of `module`'s file that raises fail_on's ValueError."""
+    lines = Path(module.__file__).read_text().splitlines()
+    return next(i for i, line in enumerate(lines, 1) if 'raise ValueError(f"bad batch' in line)
+
+
 @pytest.mark.timeout(180)
 def test_an_exception_on_a_rank_is_job_failed_naming_it(remote):
     with pytest.raises(JobFailed) as failed:
         kdist.train(remote.fail_on, nodes=2, args=[1], local=True, spec=spec())
     message = str(failed.value)
     first = message.splitlines()[0]
-    assert first == "rank 1 raised ValueError: bad batch on rank 1", message
+    # Where in the user's code: the line of remote.py that raised.
+    assert first == f"rank 1 raised ValueError: bad batch on rank 1 (remote.py:{raising(remote)})"
     assert "in fail_on" in message and 'raise ValueError(f"bad batch' in message, message
 
 

@@ -66,7 +66,10 @@ def test_an_exception_on_rank_1_comes_back_as_job_failed_naming_it(client, remot
         client.train(remote.fail_on, nodes=2, args=[1], backend=backend, image=IMAGE,
                      resources=RESOURCES, name=f"boom-{backend}", timeout=300, logs=False)
     message = str(failed.value)
-    assert message.splitlines()[0] == "rank 1 raised ValueError: bad batch on rank 1", message
+    raising = next(i for i, line in enumerate(Path(remote.__file__).read_text().splitlines(), 1)
+                   if 'raise ValueError(f"bad batch' in line)
+    assert message.splitlines()[0] == \
+        f"rank 1 raised ValueError: bad batch on rank 1 (remote.py:{raising})", message
     assert 'raise ValueError(f"bad batch' in message, message
 
 

@@ -89,7 +89,7 @@ def test_a_local_run_expands_each_nodes_args_from_its_own_container_env(monkeypa
         return 0
 
     monkeypatch.setattr(local, "run_nodes", run_nodes)
-    monkeypatch.setattr(local, "_preflight", lambda job: None)
+    monkeypatch.setattr(local, "_preflight", lambda job, root: None)
     monkeypatch.setattr(local, "free_port", lambda port: port)
     monkeypatch.setenv("HOME", "/home/someone")
     monkeypatch.chdir(tmp_path)

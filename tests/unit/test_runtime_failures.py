@@ -105,7 +105,8 @@ def test_blame_goes_to_the_killed_rank_not_the_one_the_agent_stopped(failures, n
 def test_cause_comes_from_the_error_file_else_from_the_output():
     assert cause({"message": "RuntimeError: disk full"}) == ": RuntimeError: disk full"
     assert cause("To enable traceback see: https://pytorch.org/docs/...") == ""
-    assert cause(None, traceback_of("KeyError: 'loss'")) == ": KeyError: 'loss'"
+    assert cause(None, traceback_of("KeyError: 'loss'")) == \
+        ": KeyError: 'loss' (/app/train.py:33)"  # where, in the user's code
     assert cause(None, "just a line\n") == ""
 
 

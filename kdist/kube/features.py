@@ -1,0 +1,101 @@
+"""What the cluster serves beyond core Kubernetes, for `kdist check` (`kdist.kube.probe`).
+
+Each is asked of the API itself, never read off a version string: discovery for
+the PyTorchJob, JobSet and Kueue resources, and for container restart rules a
+server-side dry-run create of a tiny pod whose container has `restartPolicyRules`:
+an API server that does not serve the field (older, or its feature gate off)
+drops it, so whether it survives the dry run is the answer. None of these is
+required: absent is "not served", never a failure.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kdist.kube import kinds
+from kdist.kube.verdict import ABSENT, OK, UNKNOWN, Ask, Verdict
+
+# The action kdist's in-place restarts use (kdist.rendering.restarts), not just the field.
+_RULES = [{"action": "RestartAllContainers", "exitCodes": {"operator": "In", "values": [42]}}]
+# Restricted Pod Security (kdist's namespaces enforce it) and a quota that wants limits
+# must both admit the probe, or its refusal would say nothing about the field.
+_CONTAINER: dict[str, Any] = {
+    "name": "probe", "image": "registry.k8s.io/pause:3.10",
+    "restartPolicy": "Never", "restartPolicyRules": _RULES,
+    "resources": {"requests": {"cpu": "10m", "memory": "16Mi"},
+                  "limits": {"cpu": "10m", "memory": "16Mi"}},
+    "securityContext": {"allowPrivilegeEscalation": False, "runAsNonRoot": True,
+                        "runAsUser": 65532, "capabilities": {"drop": ["ALL"]},
+                        "seccompProfile": {"type": "RuntimeDefault"}},
+}
+_POD_SPEC = {"restartPolicy": "Never", "containers": [_CONTAINER]}
+_NAME = "kdist-check-restart-rules"
+
+
+def served_features(cluster: Any) -> dict[str, bool]:
+    """Which optional resources the cluster serves, by discovery (asked once each)."""
+    return {"pytorchjob": cluster.serves(kinds.PYTORCHJOB),
+            "jobset": cluster.serves(kinds.JOBSET),
+            "kueue": cluster.serves(kinds.LOCALQUEUE)}
+
+
+def features(ask: Ask, ns: str, served: dict[str, bool]) -> list[Verdict]:
+    """One verdict per optional backend or feature."""
+    pytorchjob = Verdict("pytorchjob", OK, f"served ({kinds.PYTORCHJOB.api_version}): "
+                         "--backend pytorchjob works") if served["pytorchjob"] else Verdict(
+        "pytorchjob", ABSENT, f"no {kinds.PYTORCHJOB.api_version} PyTorchJob: backend "
+        "pytorchjob needs the Kubeflow training operator (indexed-job works anywhere)")
+    jobset = Verdict("jobset", OK if served["jobset"] else ABSENT,
+                     f"{kinds.JOBSET.api_version} JobSet " + (
+                         "served" if served["jobset"] else "not installed"))
+    return [pytorchjob, jobset, _kueue(ask, ns, served["kueue"]), restart_rules(ask, ns)]
+
+
+def _kueue(ask: Ask, ns: str, served: bool) -> Verdict:
+    if not served:
+        return Verdict("kueue", ABSENT, f"no {kinds.LOCALQUEUE.api_version} LocalQueue: "
+                       "spec.queue needs Kueue")
+    code, answer = ask("GET", kinds.LOCALQUEUE.collection(ns))
+    if code >= 300:
+        return Verdict("kueue", UNKNOWN, f"Kueue is served, but listing LocalQueues in "
+                       f"namespace {ns} answered {code}")
+    names = sorted(str((q.get("metadata") or {}).get("name")) for q in
+                   answer.get("items") or [] if isinstance(q, dict))
+    if not names:
+        return Verdict("kueue", OK, f"Kueue is served; no LocalQueue in namespace {ns} "
+                       "(spec.queue names one: an admin makes it)")
+    shown = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
+    return Verdict("kueue", OK, f"Kueue is served; LocalQueues in namespace {ns} for "
+                   f"spec.queue: {shown}")
+
+
+def restart_rules(ask: Ask, ns: str) -> Verdict:
+    """Whether container `restartPolicyRules` survive a dry-run create: a Pod, else (a
+    user with kdist's Role may not create pods) a Job, which kdist may create."""
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": _NAME, "namespace": ns},
+           "spec": _POD_SPEC}
+    job = {"apiVersion": "batch/v1", "kind": "Job",
+           "metadata": {"name": _NAME, "namespace": ns},
+           "spec": {"backoffLimit": 0, "template": {"spec": _POD_SPEC}}}
+    # A pod first, as the field is a pod's; forbidden (403), the same pod in a Job.
+    what, code, answer = "pod", *ask("POST", kinds.POD.collection(ns), pod, dryRun="All")
+    if code == 403:
+        what, code, answer = "job", *ask("POST", kinds.JOB.collection(ns), job, dryRun="All")
+    if code >= 300:
+        message = " ".join(str(answer.get("message") or "").split())[:200]
+        return Verdict("restart rules", UNKNOWN, f"could not tell: the dry-run create of a "
+                       f"{what} answered {code}{f': {message}' if message else ''}")
+    spec = answer.get("spec") or {}
+    if what == "job":
+        spec = (spec.get("template") or {}).get("spec") or {}
+    containers = spec.get("containers") or [{}]
+    kept = isinstance(containers[0], dict) and bool(containers[0].get("restartPolicyRules"))
+    if kept:
+        return Verdict("restart rules", OK, "container restartPolicyRules (RestartAllContainers) "
+                       f"are served (they survived a dry-run create of a {what}): gangs "
+                       "restart in place (distributed.restartMode auto)")
+    return Verdict("restart rules", ABSENT, "container restartPolicyRules are not served "
+                   f"(a dry-run create of a {what} dropped them: feature gate "
+                   "ContainerRestartRules off, or Kubernetes < 1.36): gangs restart by "
+                   "recreating their pods")
+

@@ -1,0 +1,62 @@
+"""One line of `kdist check` (`kdist.kube.probe`), and the raw request its probes make."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from kdist.kube import bodies
+from kdist.kube.errors import HttpError, Unanswered, not_the_api
+from kdist.shared.limits import MAX_ANSWER_BYTES
+
+OK, FAIL, ABSENT, UNKNOWN, SKIPPED = "ok", "fail", "not served", "unknown", "skipped"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One line of `kdist check`: what was checked, how it stands, and the fix when failed."""
+
+    check: str
+    status: str  # OK, FAIL, ABSENT (an optional feature), UNKNOWN or SKIPPED
+    detail: str
+    fix: str = ""
+
+    @property
+    def failed(self) -> bool:
+        return self.status == FAIL
+
+    def as_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+
+#: ask(method, path, body=None, **query) -> (HTTP status, JSON answer)
+Ask = Callable[..., tuple[int, dict[str, Any]]]
+
+
+def ask_raw(cluster: Any, method: str, path: str, body: Any,
+            query: dict[str, str]) -> tuple[int, dict[str, Any]]:
+    """One request's HTTP status and JSON answer, whatever the status (the probes read
+    401, 403 and 404 as verdicts); a transport failure raises its ClusterError."""
+    where = f"the API server at {cluster.server} answered {method} {path}"
+
+    def once() -> tuple[int, bytearray]:
+        with cluster.exchange(method, path, query or None, body,
+                              what=f"{method} {path}") as (resp, _):
+            return resp.status, bodies.whole(bodies.pieces(resp, where), MAX_ANSWER_BYTES,
+                                             where)
+
+    try:
+        code, data = cluster.retrying(method, once)
+    except HttpError as e:
+        return e.status, e.status_object()
+    except Unanswered as u:
+        raise u.error from None
+    try:
+        answer = json.loads(data or b"{}")
+    except ValueError:
+        answer = None
+    if not isinstance(answer, dict):
+        raise not_the_api(cluster.server, f"{method} {path}", "", data)
+    return code, answer
