@@ -89,6 +89,10 @@ def job_pod_templates(obj: dict[str, Any]) -> list[dict[str, Any]]:
 
 #: The container restart rule action that restarts a pod in place (KEP-5532).
 RESTART_ALL = "RestartAllContainers"
+#: The reason of the lastState the kubelet leaves on each container it restarted in place:
+#: exit code 137, no finishedAt, whatever the container's own exit was (seen only in its
+#: terminated state before the restart).
+RESTARTED_IN_PLACE = "RestartingAllContainers"
 
 
 def restart_mode_of(obj: dict[str, Any]) -> str:
@@ -313,6 +317,8 @@ def pod_view(pod: dict[str, Any]) -> PodView:
         exit_code, finished = term.get("exitCode"), term.get("finishedAt")
         said = last_words(term.get("message") or "")
     last = ((cs or {}).get("lastState") or {}).get("terminated") or {}
+    if last.get("reason") == RESTARTED_IN_PLACE:
+        last = {}  # the kubelet's record of removing it, not how it exited
     last_code = last.get("exitCode")
     last_exit = (last_code, str(last.get("finishedAt") or ""),
                  escape(last_words(last.get("message") or ""))) \

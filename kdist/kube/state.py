@@ -116,7 +116,7 @@ class JobState:
         A code error before a kill before a lost peer (``exitcodes.severity``).
         """
         return min(self.failures, default=None,
-                   key=lambda f: (exitcodes.severity(f.exit_code), f.finished_at, f.rank))
+                   key=lambda f: (_severity(f), f.finished_at, f.rank))
 
     def failure_line(self) -> str:
         """One line naming why the job failed: the rank and its exit code when known.
@@ -167,6 +167,14 @@ class JobState:
             # only saw it (the list above is by time, 1 s resolution, so either may come first).
             "firstFailure": (bad.__dict__ if (bad := self.first_failure()) else None),
         }
+
+
+def _severity(f: Failure) -> int:
+    """exitcodes.severity, where a pod that ran out of restarts counts as what it stood for
+    (its launcher's line says: a lost peer is still the echo of a failure elsewhere)."""
+    if f.exit_code == exitcodes.RESTARTS_SPENT and f"(exit {exitcodes.PEER_LOST}:" in f.said:
+        return exitcodes.severity(exitcodes.PEER_LOST)
+    return exitcodes.severity(f.exit_code)
 
 
 def template_env(obj: dict[str, Any], name: str) -> str:

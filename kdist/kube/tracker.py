@@ -16,6 +16,7 @@ from kdist.kube.objects import (
     DELETED,
     FAILED,
     IMAGE_PULL_REASONS,
+    RESTARTED_IN_PLACE,
     SUCCEEDED,
     PodView,
     checked_job_nodes,
@@ -260,8 +261,12 @@ class Tracker:
                 out += self._warn(("oom", v.uid, name),
                                   f"{who}: container {name} was OOMKilled (exit code "
                                   f"{t.get('exitCode')}): raise spec.resources.memory")
-        if restarts and last_term:
-            # Restarted in place: its exit says why, unless it was seen (and said) already.
+        if restarts and last_term.get("reason") == RESTARTED_IN_PLACE:
+            # The kubelet's record says nothing of the exit (its terminated state did).
+            out += self._warn(("restart", v.uid, name, restarts),
+                              f"{who}: container {name} restarted in place ({restarts}x)")
+        elif restarts and last_term:
+            # Restarted: its exit says why, unless it was seen (and said) already.
             said = v.last_exit[2] if v.last_exit and name == "pytorch" else ""
             exited = self._exit_warning(last_term, v, name, who, said)
             if exited:

@@ -230,3 +230,44 @@ def test_a_replaced_pods_count_starts_from_its_index_failures(tmp_path):
     where.mkdir()
     out = launch(tmp_path, where, max_restarts=3, failures="1")
     assert "restart 1" in out.stdout and out.returncode == 137, out.stderr
+
+
+def _pod(restarts: int, state: dict[str, Any], last: dict[str, Any] | None = None):
+    return {"metadata": {"name": "unit-job-0-x", "uid": "u0", "creationTimestamp": "t",
+                         "labels": {"kdist.dev/job-name": "unit-job",
+                                    "batch.kubernetes.io/job-completion-index": "0"}},
+            "status": {"phase": "Running", "containerStatuses": [
+                {"name": "pytorch", "restartCount": restarts, "state": state,
+                 "lastState": {"terminated": last} if last else {}}]}}
+
+
+def test_the_kubelets_record_of_an_in_place_restart_is_no_exit():
+    """After RestartAllContainers the kubelet leaves exit 137 with no finishedAt on every
+    container it removed, whatever its own exit was: the exit the watch saw is kept, the
+    kubelet's record is not taken for one."""
+    t = Tracker("unit-job", "d")
+    said = "kdist.launch: exit barrier: ...; exiting 203: lost a peer (retryable)"
+    seen = t.pod_event("MODIFIED", _pod(0, {"terminated": {
+        "exitCode": 203, "reason": "Error", "finishedAt": "2026-12-05T02:53:45Z",
+        "message": said}}))
+    assert any("exited with code 203" in w and "lost a peer" in w for w in seen), seen
+    after = t.pod_event("MODIFIED", _pod(1, {"running": {"startedAt": "s"}}, {
+        "exitCode": 137, "reason": "RestartingAllContainers", "finishedAt": None,
+        "message": "The container is removed because RestartAllContainers in place"}))
+    assert after == ["rank 0 (pod unit-job-0-x): container pytorch restarted in place (1x)"]
+    assert [f.exit_code for f in t.state.failures] == [203]
+    assert t.state.ranks[0].restarts == 1
+
+
+def test_a_spent_lost_peer_is_not_blamed_before_the_spent_kill():
+    from kdist.kube.state import Failure
+
+    t = Tracker("unit-job", "d")
+    t.state.failures = [
+        Failure(0, "p0", 205, "Error", "2026-12-05T02:53:45Z",
+                "kdist.launch: no restart left ...; the failure: exit barrier ... "
+                "(exit 203: lost a peer (retryable))"),
+        Failure(1, "p1", 205, "Error", "2026-12-05T02:53:45Z",
+                "kdist.launch: no restart left ...; the failure: worker rank 1 ... "
+                "(exit 137: killed by SIGKILL (retryable))")]
+    assert t.state.first_failure().rank == 1
