@@ -13,6 +13,7 @@ again at step 1, which is how its first line is told from the old attempt's last
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 from tempfile import TemporaryDirectory
@@ -121,9 +122,10 @@ def _kill_to_resumed(kc: str, ns: str, tmp: Path, name: str, nodes: int, mode: s
             raise BenchError(f"job {name}: no pod of rank 1")
         _, out, _ = run_cmd([*job.base, "exec", victim["metadata"]["name"], "-c", "pytorch",
                              "--", "python", "-c", KILL], timeout=60)
-        killed = float(out.split()[1]) if out.startswith("killed") else None
-        if killed is None:
+        said = re.search(r"^killed ([0-9.]+)$", out, re.M)  # kubectl's own noise aside
+        if said is None:
             raise BenchError(f"job {name}: no worker killed: {out!r}")
+        killed = float(said.group(1))
         # the next attempt's first step: step 1 again (no checkpoint), logged after the kill
         first = job.until("resumed step of rank 0", lambda: next(
             (t for t, s in job.steps(0) if s == 1 and t > killed), None), timeout=300)

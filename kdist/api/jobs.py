@@ -6,6 +6,7 @@ connection pool) and arguments the client has already checked.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -140,6 +141,7 @@ def follow(cluster: Cluster, job: dict[str, Any], observer: Observer, *, logs: b
     session = Session(tracker, sources, logs=logs, tail=tail, ranks=ranks)
     deadline = time.monotonic() + timeout if timeout else None
     state = tracker.state
+    keeper = LedgerKeeper(cluster, job, observer) if logs else None
     observer.start(state)
     try:
         session.start()
@@ -152,12 +154,44 @@ def follow(cluster: Cluster, job: dict[str, Any], observer: Observer, *, logs: b
                 observer.update(state)
             elif kind == "tick":
                 observer.tick(state)
+            if keeper is not None:
+                keeper.keep(tracker)
+        if keeper is not None and state.outcome is not None:
+            keeper.keep(tracker, final=True)  # the totals as the job ended
             if deadline is not None and state.outcome is None and time.monotonic() > deadline:
                 raise TimedOut(timeout_line(state, timeout or 0))
     finally:
         session.close()
         observer.stop()
     return state
+
+
+class LedgerKeeper:
+    """Writes the watch's goodput ledger onto the job (``kdist.kube.ledger``) when it
+    changes, so that any client reads it; a cluster that refuses (no patch permission)
+    is told of once, and the watch goes on."""
+
+    def __init__(self, cluster: Cluster, job: dict[str, Any], observer: Observer) -> None:
+        self.cluster, self.job, self.observer = cluster, job, observer
+        self.written, self.off = 0, False
+
+    def keep(self, tracker: Any, final: bool = False) -> None:
+        from kdist.kube.ledger import ANNOTATION
+        from kdist.shared.errors import KdistError
+
+        ledger = tracker.ledger
+        if final and ledger.restarts:
+            tracker.ledger_changed()
+            ledger.version += 1
+        if self.off or ledger.version == self.written or tracker.state.ledger is None:
+            return
+        self.written = ledger.version
+        try:
+            self.cluster.annotate(self.job, {ANNOTATION: json.dumps(
+                tracker.state.ledger, separators=(",", ":"))})
+        except KdistError as e:
+            self.off = True
+            self.observer.warning(f"the goodput ledger is not kept on the job: {e}")
 
 
 def timeout_line(state: JobState, timeout: float) -> str:

@@ -341,6 +341,28 @@ def print_status(state: JobState) -> None:
             _phase_text(r, state), r.restarts, _step_text(r, state.max_steps), _loss_text(r),
             sparkline(r.losses), r.node or "-")))
     console.print(table)
+    for line in ledger_lines(state.ledger):
+        console.print(shown(line))
+
+
+def ledger_lines(ledger: dict[str, Any] | None) -> list[str]:
+    """The goodput ledger (kdist.kube.ledger) as `status` prints it: one line per restart,
+    then the totals; none when no watch saw a restart."""
+    if not ledger or not ledger.get("restarts"):
+        return []
+    lines = []
+    for i, r in enumerate(ledger["restarts"], 1):
+        back = (f"back {r['secondsLost']}s later, {r['stepsLost']} step(s) lost"
+                if r.get("resumedAt") else "not resumed")
+        at = str(r.get("faultAt") or "?")[11:19]
+        lines.append(f"restart {i} at {at}: {r.get('cause')}; {back}")
+    allowed = ledger.get("restartsAllowed")
+    goodput = ledger.get("goodput")
+    lines.append(f"goodput {'-' if goodput is None else f'{goodput:.1%}'}: "
+                 f"{ledger.get('restartsUsed')} restart(s)"
+                 f"{'' if allowed is None else f' of {allowed}'} used, "
+                 f"{ledger.get('secondsLost')}s and {ledger.get('stepsLost')} step(s) lost")
+    return lines
 
 
 def print_jobs(rows: list[Any], all_namespaces: bool, selector: str = "") -> None:

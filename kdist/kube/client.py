@@ -260,6 +260,14 @@ class Cluster(Transport):
                 continue  # deleted meanwhile
         return deleted
 
+    def annotate(self, obj: dict[str, Any], annotations: dict[str, str]) -> None:
+        """Set `annotations` on `obj` (a JSON merge patch), if it still is that object."""
+        kind, meta = kinds.of(obj), obj["metadata"]
+        body = {"metadata": {"annotations": annotations,
+                             **({"uid": meta["uid"]} if meta.get("uid") else {})}}
+        self.request(Action("patch", kind.plural, meta["namespace"], meta["name"]), "PATCH",
+                     kind.item(meta["namespace"], meta["name"]), body=body)
+
     def delete_object(self, kind: kinds.Kind, name: str, namespace: str, *,
                       uid: str | None = None) -> None:
         """Delete one named object, foreground (its dependents first); with `uid`, only if

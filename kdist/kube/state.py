@@ -76,6 +76,8 @@ class JobState:
     procs_per_node: int | None = 1
     ranks: dict[int, RankState] = field(default_factory=dict)
     failures: list[Failure] = field(default_factory=list)
+    # The goodput ledger (kdist.kube.ledger): this watch's, else the job's annotation's
+    ledger: dict[str, Any] | None = None
 
     @property
     def phase(self) -> str:
@@ -166,6 +168,7 @@ class JobState:
             # The failure failure_line() names: a code error outranks the 203 of a peer that
             # only saw it (the list above is by time, 1 s resolution, so either may come first).
             "firstFailure": (bad.__dict__ if (bad := self.first_failure()) else None),
+            "ledger": self.ledger,
         }
 
 

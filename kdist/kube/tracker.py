@@ -2,15 +2,20 @@
 
 Fed job events, pod events and log lines (plain dicts, as the API sends
 them), it keeps a `JobState` (per rank: pod, phase, restarts, last step and
-loss) and returns each warning the user must see exactly once. No I/O, no
-clock of its own beyond what it is given.
+loss; the goodput ledger of its restarts) and returns each warning the user must
+see exactly once. No I/O; its one clock (for the ledger) is given.
 """
 
 from __future__ import annotations
 
 import math
+import time
+from collections.abc import Callable
 from typing import Any
 
+from kdist.kube.ledger import ANNOTATION as LEDGER
+from kdist.kube.ledger import Ledger
+from kdist.kube.ledger import parse as parse_ledger
 from kdist.kube.objects import (
     CONFIG_ERROR_REASONS,
     DELETED,
@@ -24,6 +29,7 @@ from kdist.kube.objects import (
     job_kind_backend,
     job_max_steps,
     parse_record,
+    parse_time,
     pod_view,
     restart_mode_of,
     terminal_condition,
@@ -41,7 +47,9 @@ MAX_HISTORY = 500
 class Tracker:
     """Feeds on job/pod events and log lines; keeps a JobState; yields warnings once each."""
 
-    def __init__(self, name: str, namespace: str = "") -> None:
+    def __init__(self, name: str, namespace: str = "",
+                 clock: Callable[[], float] = time.time) -> None:
+        self.clock = clock  # wall-clock seconds: when the ledger saw a line or a failure
         self.state = JobState(name=name, namespace=namespace)
         self.seen_job = False
         self._pods: dict[str, PodView] = {}  # uid -> latest view
@@ -50,6 +58,8 @@ class Tracker:
         self._warned: set[tuple[Any, ...]] = set()
         # (pod uid, when its container ended) of the exits already in state.failures
         self._failed: set[tuple[str, str]] = set()
+        self.ledger = Ledger()  # what this watch sees of restarts (kdist.kube.ledger)
+        self._saved_ledger: dict[str, Any] | None = None  # the job's, as last read
 
     def feed(self, source: str, kind: str, payload: Any) -> list[str]:
         """One item as the I/O loop queues it; returns the new warnings.
@@ -102,6 +112,8 @@ class Tracker:
         m = template_env(obj, E.MAX_RESTARTS)
         s.max_restarts = count(m) if m.isascii() and m.isdigit() else None
         s.restart_mode = restart_mode_of(obj)
+        self._saved_ledger = parse_ledger((meta.get("annotations") or {}).get(LEDGER))
+        self.ledger_changed()
         # "auto" (one per GPU) is unknown here; not said at all: the spec's default, 1.
         p = template_env(obj, E.NPROC_PER_NODE) or "1"
         s.procs_per_node = (count(p) or None) if p.isascii() and p.isdigit() else None
@@ -149,6 +161,10 @@ class Tracker:
                 continue
             self._failed.add((view.uid, when))
             self.state.failures.append(Failure(view.rank, view.name, code, reason, when, said))
+            if exitcodes.is_retryable(code) and self.state.outcome is None:
+                self.ledger.failed(f"{self.state.unit} {view.rank} (pod {view.name})", code,
+                                   when, self.clock(), self._last_step())
+                self.ledger_changed()
         self._refresh_rank(view.rank)
         return self._pod_warnings(pod, view, old)
 
@@ -294,6 +310,19 @@ class Tracker:
                           f"{who}: container {name} exited with code {code} "
                           f"({term.get('reason', 'Error')}){hint}")
 
+    # -- the goodput ledger ---------------------------------------------------------------
+
+    def _last_step(self) -> int | None:
+        return max((r.step for r in self.state.ranks.values() if r.step is not None),
+                   default=None)
+
+    def ledger_changed(self) -> None:
+        s = self.state
+        if self.ledger.restarts:
+            s.ledger = self.ledger.summary(s.max_restarts, parse_time(s.created), self.clock())
+        else:
+            s.ledger = self._saved_ledger
+
     # -- logs -----------------------------------------------------------------------------
 
     def rank_of_pod(self, pod_name: str) -> int | None:
@@ -307,6 +336,11 @@ class Tracker:
         if rank is None or record is None:
             return
         r = self.state.rank(rank)
+        if record["event"] in ("step", "resume") and isinstance(record.get("step"), int):
+            before = self.ledger.version
+            self.ledger.stepped(record["step"], self.clock(), record["event"] == "resume")
+            if self.ledger.version != before:
+                self.ledger_changed()
         if record["event"] == "step":
             step, loss = record.get("step"), record.get("loss")
             if isinstance(step, int):

@@ -116,7 +116,8 @@ class Transport:
             resp = self._pool.request(
                 method, url, body=data, preload_content=False, retries=False,
                 timeout=timeout,
-                headers=self._headers("application/json" if data is not None else None))
+                headers=self._headers(None if data is None else "application/merge-patch+json"
+                                      if method == "PATCH" else "application/json"))
         self._note_warnings(resp.headers)
         if not 200 <= resp.status < 300:
             try:

@@ -9,12 +9,13 @@ SERVICE_ACCOUNT = "kdist-submitter"
 _LABELS = {"app.kubernetes.io/name": "kdist", "app.kubernetes.io/managed-by": "kdist"}
 
 # Exactly what kdist's verbs call: submit (create + ownerReference), watch,
-# status/list, logs, delete (foreground, then wait until gone).
+# status/list, logs, delete (foreground, then wait until gone); patch: the watch keeps
+# the goodput ledger on the training object (kdist.kube.ledger).
 RULES: list[dict[str, Any]] = [
     {"apiGroups": ["batch"], "resources": ["jobs"],
-     "verbs": ["create", "get", "list", "watch", "delete"]},
+     "verbs": ["create", "get", "list", "watch", "patch", "delete"]},
     {"apiGroups": ["kubeflow.org"], "resources": ["pytorchjobs"],
-     "verbs": ["create", "get", "list", "watch", "delete"]},
+     "verbs": ["create", "get", "list", "watch", "patch", "delete"]},
     {"apiGroups": [""], "resources": ["services"],
      "verbs": ["create", "get", "list", "watch", "delete"]},
     # `kdist delete` waits until the Service's EndpointSlices are gone too.

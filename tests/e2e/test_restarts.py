@@ -292,6 +292,13 @@ def test_a_fault_restarts_the_gang_which_resumes_and_finishes(
     status = json.loads(kdist("status", name, "-o", "json").stdout)
     assert status["phase"] == "Succeeded", status
     assert status["restartMode"] == mode, status
+    # The goodput ledger the watch kept on the job, as another client reads it.
+    ledger = status["ledger"]
+    assert ledger is not None and ledger["restartsUsed"] == 1, ledger
+    assert ledger["restartsAllowed"] == 2 and 0 < ledger["goodput"] < 1, ledger
+    (entry,) = ledger["restarts"]
+    assert entry["stepsLost"] == cost["steps_lost"], (entry, cost)
+    assert abs(entry["secondsLost"] - cost["seconds_fault_to_resumed_step"]) <= 5, (entry, cost)
     if backend == "indexed-job":  # the training operator deletes the pods it replaces
         assert all(r["restarts"] >= 1 for r in status["ranks"]), status["ranks"]
     if mode == "inPlace":

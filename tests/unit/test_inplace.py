@@ -271,3 +271,71 @@ def test_a_spent_lost_peer_is_not_blamed_before_the_spent_kill():
                 "kdist.launch: no restart left ...; the failure: worker rank 1 ... "
                 "(exit 137: killed by SIGKILL (retryable))")]
     assert t.state.first_failure().rank == 1
+
+
+# --- the goodput ledger ---------------------------------------------------------------------
+
+
+def test_the_ledger_counts_a_restart_from_its_fault_to_the_resumed_step():
+    from kdist.kube.ledger import Ledger
+
+    led = Ledger()
+    led.failed("rank 1 (pod p1)", 137, "2026-12-05T03:00:00Z", now=1e9, last_step=50)
+    # the peer's lost-peer exit is the echo, not the cause; old lines still arrive
+    led.failed("rank 0 (pod p0)", 203, "2026-12-05T03:00:01Z", now=1e9, last_step=51)
+    led.stepped(51, now=1e9, resumed=False)
+    led.stepped(40, now=1796439608.5, resumed=True)  # 8.5 s after the fault
+    led.stepped(41, now=1796439609.0, resumed=False)
+    (r,) = led.restarts
+    assert r.cause == "rank 1 (pod p1) exited with code 137: killed by SIGKILL (retryable)"
+    assert (r.last_step, r.resumed_step, r.steps_lost) == (51, 40, 11)
+    assert r.seconds_lost == pytest.approx(8.5)
+    # a second fault is a second restart; a script without resume lines is back when its
+    # steps go back (from 0 without a checkpoint)
+    led.failed("rank 0 (pod p0)", 204, None, now=1796439700.0, last_step=90)
+    led.stepped(1, now=1796439710.0, resumed=False)
+    total = led.summary(max_restarts=3, started=1796439500.0, now=1796439800.0)
+    assert [x["stepsLost"] for x in total["restarts"]] == [11, 90]
+    assert (total["restartsUsed"], total["restartsAllowed"]) == (2, 3)
+    assert total["secondsLost"] == pytest.approx(18.5)
+    assert total["goodput"] == pytest.approx(1 - 18.5 / 300, abs=1e-3)
+
+
+def test_status_reads_the_ledger_a_watch_left_on_the_job():
+    import json
+
+    from kdist.cli.progress import ledger_lines
+    from kdist.kube.ledger import ANNOTATION, Ledger
+
+    led = Ledger()
+    led.failed("rank 1 (pod p1)", 137, "2026-12-05T03:00:00Z", now=0, last_step=50)
+    led.stepped(40, now=1796439608.5, resumed=True)
+    jobobj = render(job(**{"metadata.namespace": "d"}), None, "inPlace")[0]
+    jobobj["metadata"]["annotations"] = {ANNOTATION: json.dumps(
+        led.summary(2, 1796439500.0, 1796439700.0))}
+    t = Tracker("unit-job", "d")
+    t.job_event("ADDED", jobobj)
+    got = t.state.to_dict()["ledger"]
+    assert got["restartsUsed"] == 1 and got["stepsLost"] == 10, got
+    lines = ledger_lines(got)
+    assert lines[0].startswith("restart 1 at 03:00:00: rank 1 (pod p1) exited with code 137")
+    assert "back 8.5s later, 10 step(s) lost" in lines[0]
+    assert lines[1].startswith("goodput 95.8%: 1 restart(s) of 2 used, 8.5s and 10 step(s)")
+    jobobj["metadata"]["annotations"] = {ANNOTATION: "{not json"}
+    t2 = Tracker("unit-job", "d")
+    t2.job_event("ADDED", jobobj)
+    assert t2.state.ledger is None
+
+
+def test_the_watch_keeps_its_ledger_from_failures_and_log_lines():
+    t = Tracker("unit-job", "d")
+    t.job_event("ADDED", render(job(**{"metadata.namespace": "d"}), None, "inPlace")[0])
+    t.log_line("unit-job-0-x", '{"event": "step", "step": 50}')  # no pod yet: ignored
+    t.pod_event("MODIFIED", _pod(0, {"running": {"startedAt": "s"}}))
+    t.log_line("unit-job-0-x", '{"event": "step", "step": 50}')
+    t.pod_event("MODIFIED", _pod(0, {"terminated": {
+        "exitCode": 137, "reason": "Error", "finishedAt": "2026-12-05T03:00:00Z"}}))
+    t.log_line("unit-job-0-x", '{"event": "resume", "step": 40}')
+    got = t.state.ledger
+    assert got["restartsUsed"] == 1 and got["restarts"][0]["stepsLost"] == 10, got
+    assert got["restarts"][0]["exitCode"] == 137
