@@ -156,10 +156,10 @@ def follow(cluster: Cluster, job: dict[str, Any], observer: Observer, *, logs: b
                 observer.tick(state)
             if keeper is not None:
                 keeper.keep(tracker)
-        if keeper is not None and state.outcome is not None:
-            keeper.keep(tracker, final=True)  # the totals as the job ended
             if deadline is not None and state.outcome is None and time.monotonic() > deadline:
                 raise TimedOut(timeout_line(state, timeout or 0))
+        if keeper is not None and state.outcome is not None:
+            keeper.keep(tracker, final=True)  # the totals as the job ended
     finally:
         session.close()
         observer.stop()

@@ -209,6 +209,12 @@ def test_submit_waits_for_success(api, kdist, spec):
     assert {JOBS, PODS} <= watched(out), out.describe()
 
 
+def test_submit_timeout_ends_the_watch_of_a_job_that_never_finishes(api, kdist, spec):
+    out = kdist("submit", "--timeout", "3", str(spec))
+    error_line(out, 1, "timed out after 3s", "job demo has not finished")
+    assert out.seconds < 30, out.describe()
+
+
 def test_submit_reports_the_failed_rank(api, kdist, spec):
     api.on_watch["jobs"] = lambda: _finish(api, api.store.get_stored("jobs", "demo"), (0, 1))
     out = kdist("submit", "--timeout", "10", str(spec))

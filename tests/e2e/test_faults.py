@@ -4,6 +4,7 @@ restarts to spare; an infrastructure-style exit (>= 128) is retried."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -45,7 +46,11 @@ def test_infrastructure_exit_is_retried_then_gives_up(namespace, kdist, job_file
                     paced={"PACE": "0.2", "FAIL_RANK": "0", "FAIL_AT": "1", "FAIL_CODE": "137"})
     sub = kdist("submit", path, "--timeout", "200")
     assert sub.returncode == 1, sub.stdout + sub.stderr
-    job = json.loads(kubectl("-n", namespace, "get", "job", "infra", "-o", "json").stdout)
+    for _ in range(40):  # the Job controller counts the last failed pod a moment later
+        job = json.loads(kubectl("-n", namespace, "get", "job", "infra", "-o", "json").stdout)
+        if job["status"].get("failed", 0) >= 2:
+            break
+        time.sleep(0.5)
     assert job["status"].get("failed", 0) == 2, job["status"]  # the first try + 1 restart
     reasons = {c["type"]: c.get("reason") for c in job["status"]["conditions"]}
     assert "MaxFailedIndexesExceeded" in reasons.values(), reasons
