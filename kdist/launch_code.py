@@ -21,6 +21,7 @@ import io
 import os
 import posixpath
 import re
+import shutil
 import tarfile
 import zlib
 from collections.abc import Iterable, Mapping, MutableMapping
@@ -216,8 +217,36 @@ def unpack_from_env(env: Mapping[str, str]) -> Path | None:
     if not sha:
         return None
     dest = Path(env.get(E.CODE_DIR) or E.DEFAULT_CODE_DIR)
+    # A pod restarted in place keeps its emptyDir: what this pod's earlier start unpacked
+    # there (and its workers wrote) goes, so the code starts as in a new pod. Only then:
+    # a directory kdist did not fill is never emptied.
+    mark = Path(env[E.RESTART_DIR]) / UNPACKED if env.get(E.RESTART_DIR) else None
+    if mark is not None and _read(mark) == str(dest) and dest.is_dir():
+        _empty(dest)
     unpack([Path(env.get(E.CODE_SRC) or E.DEFAULT_CODE_MOUNT)], sha, dest)
+    if mark is not None:
+        mark.write_text(str(dest))
     return dest
+
+
+#: In KDIST_RESTART_DIR: where this pod's launcher unpacked the code (restarts in place).
+UNPACKED = "code-unpacked"
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
+def _empty(directory: Path) -> None:
+    """Remove everything in `directory`, following no link."""
+    for entry in directory.iterdir():
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
 
 
 def use_shipped_code(environ: MutableMapping[str, str]) -> Path | None:

@@ -405,6 +405,28 @@ def test_unpack_from_env(tmp_path):
     assert (tmp_path / "ws" / "train.py").read_text() == "v1"
 
 
+def test_a_pod_restarted_in_place_unpacks_its_code_again_over_its_own(tmp_path):
+    """The emptyDir outlives an in-place restart: what this pod's earlier start unpacked
+    (and wrote there) goes; a directory kdist did not fill is still refused."""
+    write(tmp_path / "src", "train.py", "v1")
+    packed = pack(tmp_path / "src")
+    mount = mount_like_kubelet(to_configmaps("t", "ns", packed, {}), tmp_path / "mount")
+    (tmp_path / "restarts").mkdir()
+    env = {E.CODE_SHA256: packed.sha256, E.CODE_SRC: str(mount),
+           E.CODE_DIR: str(tmp_path / "ws"), E.RESTART_DIR: str(tmp_path / "restarts")}
+    assert unpack_from_env(env) == tmp_path / "ws"
+    write(tmp_path / "ws", "out/written-by-the-run.txt", "x")
+    (tmp_path / "ws" / "train.py").write_text("changed by the run")
+    assert unpack_from_env(env) == tmp_path / "ws"  # the kubelet restarted it in place
+    assert (tmp_path / "ws" / "train.py").read_text() == "v1"
+    assert not (tmp_path / "ws" / "out").exists()
+    other = {**env, E.CODE_DIR: str(tmp_path / "theirs")}
+    write(tmp_path / "theirs", "keep.txt", "not kdist's")
+    with pytest.raises(UnpackError, match="not empty"):
+        unpack_from_env(other)
+    assert (tmp_path / "theirs" / "keep.txt").read_text() == "not kdist's"
+
+
 def parts_dir(tmp_path: Path, archive: bytes, name: str = "mount") -> Path:
     d = tmp_path / name
     d.mkdir()
