@@ -353,7 +353,8 @@ def ledger_lines(ledger: dict[str, Any] | None) -> list[str]:
     lines = []
     for i, r in enumerate(ledger["restarts"], 1):
         back = (f"back {r['secondsLost']}s later, {r['stepsLost']} step(s) lost"
-                if r.get("resumedAt") else "not resumed")
+                if r.get("resumedAt") else "back: no step line said when"
+                if ledger.get("succeeded") else "not resumed")
         at = str(r.get("faultAt") or "?")[11:19]
         lines.append(f"restart {i} at {at}: {r.get('cause')}; {back}")
     allowed = ledger.get("restartsAllowed")

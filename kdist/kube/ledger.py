@@ -104,17 +104,21 @@ class Ledger:
         self.version += 1
 
     def summary(self, max_restarts: int | None, started: float | None,
-                now: float) -> dict[str, Any]:
-        """The ledger with its totals, as kept in the annotation and shown by status."""
+                now: float, succeeded: bool = False) -> dict[str, Any]:
+        """The ledger with its totals, as kept in the annotation and shown by status.
+
+        A restart still open counts as lost until `now`, unless the job `succeeded`: then
+        it did come back, and no step line said when (a script that prints none)."""
         lost = [r.seconds_lost for r in self.restarts if r.seconds_lost is not None]
         steps = [r.steps_lost for r in self.restarts if r.steps_lost is not None]
-        open_ = self.open
+        open_ = None if succeeded else self.open
         lost_s = sum(lost) + (max(0.0, now - open_.fault_at) if open_ is not None else 0.0)
         elapsed = None if started is None else max(0.0, now - started)
         goodput = None if not elapsed else round(max(0.0, 1 - lost_s / elapsed), 3)
         return {"restarts": [r.to_dict() for r in self.restarts],
                 "restartsUsed": len(self.restarts), "restartsAllowed": max_restarts,
                 "secondsLost": round(lost_s, 1), "stepsLost": sum(steps),
+                "succeeded": succeeded,
                 "goodput": goodput, "asOf": iso(now)}
 
 

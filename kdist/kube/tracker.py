@@ -113,7 +113,6 @@ class Tracker:
         s.max_restarts = count(m) if m.isascii() and m.isdigit() else None
         s.restart_mode = restart_mode_of(obj)
         self._saved_ledger = parse_ledger((meta.get("annotations") or {}).get(LEDGER))
-        self.ledger_changed()
         # "auto" (one per GPU) is unknown here; not said at all: the spec's default, 1.
         p = template_env(obj, E.NPROC_PER_NODE) or "1"
         s.procs_per_node = (count(p) or None) if p.isascii() and p.isdigit() else None
@@ -129,6 +128,7 @@ class Tracker:
             s.message = escape(cond.get("message", ""))
             s.finished = cond.get("lastTransitionTime") or (obj.get("status") or {}).get(
                 "completionTime")
+        self.ledger_changed()
         return []
 
     def job_relist(self, items: list[dict[str, Any]]) -> list[str]:
@@ -319,7 +319,8 @@ class Tracker:
     def ledger_changed(self) -> None:
         s = self.state
         if self.ledger.restarts:
-            s.ledger = self.ledger.summary(s.max_restarts, parse_time(s.created), self.clock())
+            s.ledger = self.ledger.summary(s.max_restarts, parse_time(s.created), self.clock(),
+                                           succeeded=s.outcome == SUCCEEDED)
         else:
             s.ledger = self._saved_ledger
 

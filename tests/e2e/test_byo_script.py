@@ -144,7 +144,12 @@ def test_a_sigkilled_worker_of_an_unchanged_torchrun_script_restarts_and_resumes
             in log, log
     status = json.loads(kdist("status", name, "-o", "json").stdout)
     assert status["phase"] == "Succeeded", status
-    if backend == "indexed-job":  # the training operator deletes the pods it replaces
+    if status["restartMode"] == "inPlace":
+        # The pods stayed; the kubelet keeps no exit of a restart in place: the ledger the
+        # watch kept on the job names the kill.
+        (entry,) = status["ledger"]["restarts"]
+        assert entry["cause"].startswith("rank 1 (pod ") and entry["exitCode"] == 137, entry
+    elif backend == "indexed-job":  # the training operator deletes the pods it replaces
         blamed = status["firstFailure"]
         assert (blamed["rank"], blamed["exit_code"]) == (1, 137), status["failures"]
         assert "worker rank 1 " in blamed["said"], blamed
@@ -181,7 +186,10 @@ def test_a_hung_peer_is_detected_within_the_progress_timeout_and_restarts_the_ga
     if backend == "indexed-job":  # the training operator deletes the pods it replaces
         status = kdist("status", name)
         assert status.returncode == 0, status.stderr
+        # recreated: the failed pod's exit; in place: the ledger's restart line
         assert re.search(r"restarted after rank \d .*exited with code 204: .*hung",
-                         status.stdout), status.stdout
+                         status.stdout) or re.search(
+            r"restart 1 at [\d:]+: rank \d \(pod [^)]*\) exited with code 204: hung",
+            status.stdout), status.stdout
     report({"drill": "byo-hang", "backend": backend, "limit_s": limit,
             "seconds_hang_to_detected": round(seen - hung, 1)})

@@ -339,3 +339,17 @@ def test_the_watch_keeps_its_ledger_from_failures_and_log_lines():
     got = t.state.ledger
     assert got["restartsUsed"] == 1 and got["restarts"][0]["stepsLost"] == 10, got
     assert got["restarts"][0]["exitCode"] == 137
+
+
+def test_a_restart_of_a_script_without_step_lines_is_not_lost_time_once_the_job_succeeded():
+    from kdist.cli.progress import ledger_lines
+    from kdist.kube.ledger import Ledger
+
+    led = Ledger()
+    led.failed("rank 0 (pod p0)", 204, None, now=1000.0, last_step=None)
+    running = led.summary(1, started=900.0, now=1100.0)
+    assert running["secondsLost"] == 100.0 and "not resumed" in ledger_lines(running)[0]
+    done = led.summary(1, started=900.0, now=1100.0, succeeded=True)
+    assert done["secondsLost"] == 0.0 and done["goodput"] == 1.0
+    assert ledger_lines(done)[0].endswith("hung: no progress within progressTimeoutSeconds "
+                                          "(retryable); back: no step line said when")
