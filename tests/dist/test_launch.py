@@ -232,3 +232,26 @@ def test_a_group_that_never_formed_is_a_code_error_not_a_lost_peer(tmp_path):
     assert "restarting every node" not in run.text
     assert not any("exiting 203" in line for line in run.lines), run.text
     assert any("exiting 1: " in line and "connect" in line for line in run.lines), run.text
+
+
+SHOW_STORE = textwrap.dedent("""
+    import os, sys, torch.distributed as dist
+    dist.init_process_group("gloo")
+    served = getattr(sys.modules.get("sitecustomize"), "_served", [])
+    if served:  # rank 0's worker serves the job's store (kdist.runtime.sitehook)
+        print("libuv", served[0].libuvBackend, flush=True)
+    dist.barrier()
+    dist.destroy_process_group()
+""")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(("use_libuv", "backend"), [(None, True), ("0", False)])
+def test_the_served_store_follows_torchs_use_libuv_switch(use_libuv, backend):
+    """USE_LIBUV=0 (what a torch built without libuv, Debian's, needs) reaches the store
+    rank 0's worker serves, as torch's own env:// rendezvous reads it for the clients."""
+    extra = {} if use_libuv is None else {"USE_LIBUV": use_libuv}
+    run = run_job(["--", "python", "-c", SHOW_STORE], nodes=2, **extra)
+    assert run.code == 0, run.text
+    assert [line for line in run.lines if "libuv" in line] == \
+        [f"[rank 0] libuv {backend}"], run.text

@@ -82,7 +82,10 @@ def serve_store(fd: int, environ: Any) -> None:
     _served.append(TCPStore(
         environ.get("MASTER_ADDR", "127.0.0.1"), int(environ.get("MASTER_PORT", "0")), None,
         True, timedelta(seconds=seconds), wait_for_workers=False, multi_tenant=True,
-        master_listen_fd=fd))
+        master_listen_fd=fd,
+        # torch's own switch, as its env:// rendezvous reads it: a torch built without
+        # libuv (Debian's) refuses the libuv server its default asks for.
+        use_libuv=environ.get("USE_LIBUV", "1") == "1"))
     # Only this process may hold the listening socket: a program it starts (exec)
     # or forks (DataLoader workers) would keep the port bound after this worker
     # died, and the next attempt could not listen on it.
