@@ -194,8 +194,12 @@ KILL_SELF = "import os, signal; print('restart', os.environ['KDIST_RESTART_COUNT
             "flush=True); os.kill(os.getpid(), signal.SIGKILL)"
 
 
-def launch(tmp_path: Path, restart_dir: Path, max_restarts: int, failures: str = "0"):
+def launch(tmp_path: Path, restart_dir: Path, max_restarts: int, failures: str = "0",
+           workers: str = "0"):
+    """One launcher start in a pod restarting in place; ``workers``: KDIST_RESTART_WORKERS
+    (``0`` by default: the container's restarts are counted here, not the workers')."""
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("KDIST_")},
+           "KDIST_RESTART_WORKERS": workers,
            "KDIST_JOB_NAME": "t", "KDIST_NNODES": "1", "KDIST_NPROC_PER_NODE": "1",
            "KDIST_DIST_BACKEND": "gloo", "KDIST_MAX_RESTARTS": str(max_restarts),
            "KDIST_INDEX_FAILURES": failures, "KDIST_RESTART_DIR": str(restart_dir),
@@ -220,6 +224,19 @@ def test_the_launcher_counts_its_starts_and_ends_the_job_once_restarts_are_spent
     last = second.stderr.strip().splitlines()[-1]
     assert "no restart left (1 of maxRestarts=1 used)" in last
     assert "killed by SIGKILL" in last and "exit 137" in last
+
+
+@pytest.mark.timeout(120)
+def test_one_launcher_restarts_its_workers_then_ends_the_job_and_counts_it_for_later(tmp_path):
+    """Restarts in process (the default): the same launcher starts the workers again,
+    tells them restart 1, and leaves the count where a container restart would read it."""
+    where = tmp_path / "restarts"
+    where.mkdir()
+    out = launch(tmp_path, where, max_restarts=1, workers="")
+    assert out.stdout.split() == ["restart", "0", "restart", "1"], out.stdout
+    assert "restarting this node's workers (restart 1 of 1, in process)" in out.stderr
+    assert out.returncode == exitcodes.RESTARTS_SPENT, out.stderr
+    assert (where / "starts").read_text() == "2"
 
 
 @pytest.mark.timeout(120)
