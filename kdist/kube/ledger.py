@@ -75,10 +75,12 @@ class Ledger:
         return last if last is not None and last.resumed_at is None else None
 
     def failed(self, who: str, code: int, finished_at: str | None, now: float,
-               last_step: int | None) -> None:
-        """A pod's container exited `code`: a new restart, or a more telling cause of the
-        one under way (a kill before the lost peers it caused)."""
-        cause = f"{who} exited with code {code}: {exitcodes.describe(code)}"
+               last_step: int | None, said: str | None = None) -> None:
+        """A pod's container exited `code` (or, `said`, its launcher restarted its workers
+        in process after that exit and said why): a new restart, or a more telling cause
+        of the one under way (a kill before the lost peers it caused)."""
+        cause = (f"{who}: {said} (exit {code}: {exitcodes.describe(code)})" if said else
+                 f"{who} exited with code {code}: {exitcodes.describe(code)}")
         current = self.open
         if current is None:
             if len(self.restarts) >= MAX_ENTRIES:

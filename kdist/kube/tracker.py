@@ -38,6 +38,7 @@ from kdist.kube.objects import (
 from kdist.kube.state import Failure, JobState, RankState, template_env
 from kdist.shared import env as E
 from kdist.shared import exitcodes
+from kdist.shared.inprocess import IN_PROCESS
 from kdist.shared.terminal import escape
 
 __all__ = ["Failure", "JobState", "RankState", "Tracker"]
@@ -60,6 +61,9 @@ class Tracker:
         self._failed: set[tuple[str, str]] = set()
         self.ledger = Ledger()  # what this watch sees of restarts (kdist.kube.ledger)
         self._saved_ledger: dict[str, Any] | None = None  # the job's, as last read
+        # Gang restarts no pod shows (in process): the highest a launcher said, or the
+        # job's ledger counted.
+        self._gang_restarts = 0
 
     def feed(self, source: str, kind: str, payload: Any) -> list[str]:
         """One item as the I/O loop queues it; returns the new warnings.
@@ -113,6 +117,11 @@ class Tracker:
         s.max_restarts = count(m) if m.isascii() and m.isdigit() else None
         s.restart_mode = restart_mode_of(obj)
         self._saved_ledger = parse_ledger((meta.get("annotations") or {}).get(LEDGER))
+        used = (self._saved_ledger or {}).get("restartsUsed")
+        if isinstance(used, int) and used > self._gang_restarts:  # what a watch saw
+            self._gang_restarts = used
+            for r in list(self.state.ranks):
+                self._refresh_rank(r)
         # "auto" (one per GPU) is unknown here; not said at all: the spec's default, 1.
         p = template_env(obj, E.NPROC_PER_NODE) or "1"
         s.procs_per_node = (count(p) or None) if p.isascii() and p.isdigit() else None
@@ -206,6 +215,8 @@ class Tracker:
         r.exit_code, r.finished_at = v.exit_code, v.finished_at
         # Pods seen come and go (a deleted one vanishes); the Job controller's count stays.
         r.restarts = max(len(self._rank_pods[rank]) - 1, v.earlier_pods) + v.restarts
+        # A gang restart in process restarts every rank, and shows on no pod.
+        r.restarts = max(r.restarts, self._gang_restarts)
 
     def _warn(self, key: tuple[Any, ...], text: str) -> list[str]:
         if key in self._warned:
@@ -324,6 +335,24 @@ class Tracker:
         else:
             s.ledger = self._saved_ledger
 
+    def _in_process(self, rank: int, pod_name: str, line: str) -> None:
+        """``kdist.launch: restarting this node's workers (restart N of M, in process):
+        <why>; exit C`` (``kdist.launch._again``): no pod or container shows it."""
+        said = IN_PROCESS.search(line)
+        if said is None or self.state.outcome is not None:
+            return
+        count, why, code = int(said["count"]), said["why"], int(said["code"])
+        seen = count <= self._gang_restarts
+        if not seen:
+            self._gang_restarts = count
+            for r in list(self.state.ranks):
+                self._refresh_rank(r)
+        elif self.ledger.open is None:
+            return  # another node's word on a restart the gang is already back from
+        self.ledger.failed(f"{self.state.unit} {rank} (pod {pod_name})", code, None,
+                           self.clock(), self._last_step(), said=why)
+        self.ledger_changed()
+
     # -- logs -----------------------------------------------------------------------------
 
     def rank_of_pod(self, pod_name: str) -> int | None:
@@ -331,8 +360,12 @@ class Tracker:
         return self._pods[uid].rank if uid in self._pods else None
 
     def log_line(self, pod_name: str, line: str) -> None:
-        """One line of a pod's log: JSON step/done records update that rank."""
+        """One line of a pod's log: JSON step/done records update that rank; a launcher's
+        restart of its workers in process is a gang restart."""
         rank = self.rank_of_pod(pod_name)
+        if rank is not None and "in process): " in line:
+            self._in_process(rank, pod_name, line)
+            return
         record = parse_record(line)
         if rank is None or record is None:
             return

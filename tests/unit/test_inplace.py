@@ -276,6 +276,50 @@ def test_the_kubelets_record_of_an_in_place_restart_is_no_exit():
     assert t.state.ranks[0].restarts == 1
 
 
+def test_a_restart_in_process_is_a_gang_restart_in_the_ledger_and_on_every_rank():
+    """No pod shows a restart in process: the launchers' lines do. Both nodes say it; the
+    kill is the cause, the lost peer its echo; a late echo after the gang is back is not
+    a second restart."""
+    from kdist.shared import inprocess
+
+    now = [1e9]
+    t = Tracker("unit-job", "d", clock=lambda: now[0])
+    for rank in (0, 1):
+        pod = _pod(0, {"running": {"startedAt": "s"}})
+        pod["metadata"].update(name=f"unit-job-{rank}-x", uid=f"u{rank}")
+        pod["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"] = str(rank)
+        t.pod_event("ADDED", pod)
+    t.log_line("unit-job-0-x", '{"event": "step", "step": 50}')
+    peer = "kdist.launch: " + inprocess.line(1, 2, "worker rank 0 (node 0, ...) exited with "
+                                             "code 203: RuntimeError: ...", 203)
+    kill = "kdist.launch: " + inprocess.line(
+        1, 2, "worker rank 1 (node 1, local rank 0, pid 7) was killed by SIGKILL", 137)
+    t.log_line("unit-job-0-x", peer)
+    t.log_line("unit-job-1-x", kill)
+    now[0] += 6.5
+    t.log_line("unit-job-0-x", '{"event": "resume", "step": 40}')
+    t.log_line("unit-job-0-x", peer)  # late: the gang is back already
+    (r,) = t.ledger.restarts
+    assert r.cause.startswith("rank 1 (pod unit-job-1-x): worker rank 1 (node 1"), r.cause
+    assert r.exit_code == 137 and r.seconds_lost == pytest.approx(6.5)
+    assert (r.last_step, r.resumed_step) == (50, 40)
+    assert [t.state.ranks[k].restarts for k in (0, 1)] == [1, 1]
+    assert t.state.ledger["restartsUsed"] == 1
+
+
+def test_a_status_read_counts_the_ledgers_restarts_on_every_rank():
+    """`kdist status` (no logs read) knows restarts in process from the job's ledger."""
+    import json as _json
+
+    t = Tracker("unit-job", "d")
+    t.pod_event("ADDED", _pod(0, {"running": {"startedAt": "s"}}))
+    ledger = {"restarts": [{"cause": "x", "exitCode": 137}], "restartsUsed": 1}
+    t.job_event("ADDED", {"kind": "Job", "metadata": {
+        "name": "unit-job", "namespace": "d", "creationTimestamp": "2026-12-05T03:00:00Z",
+        "annotations": {"kdist.dev/ledger": _json.dumps(ledger)}}, "spec": {}, "status": {}})
+    assert t.state.ranks[0].restarts == 1
+
+
 def test_a_spent_lost_peer_is_not_blamed_before_the_spent_kill():
     from kdist.kube.state import Failure
 
