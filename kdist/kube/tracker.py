@@ -13,9 +13,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from kdist.kube.ledger import ANNOTATION as LEDGER
-from kdist.kube.ledger import Ledger
-from kdist.kube.ledger import parse as parse_ledger
 from kdist.kube.objects import (
     CONFIG_ERROR_REASONS,
     DELETED,
@@ -38,6 +35,9 @@ from kdist.kube.objects import (
 from kdist.kube.state import Failure, JobState, RankState, template_env
 from kdist.shared import env as E
 from kdist.shared import exitcodes
+from kdist.shared.ledger import ANNOTATION as LEDGER
+from kdist.shared.ledger import Ledger, in_process_restart
+from kdist.shared.ledger import parse as parse_ledger
 from kdist.shared.terminal import escape
 
 __all__ = ["Failure", "JobState", "RankState", "Tracker"]
@@ -58,7 +58,7 @@ class Tracker:
         self._warned: set[tuple[Any, ...]] = set()
         # (pod uid, when its container ended) of the exits already in state.failures
         self._failed: set[tuple[str, str]] = set()
-        self.ledger = Ledger()  # what this watch sees of restarts (kdist.kube.ledger)
+        self.ledger = Ledger()  # what this watch sees of restarts (kdist.shared.ledger)
         self._saved_ledger: dict[str, Any] | None = None  # the job's, as last read
 
     def feed(self, source: str, kind: str, payload: Any) -> list[str]:
@@ -330,11 +330,21 @@ class Tracker:
         uid = self._by_name.get(pod_name)
         return self._pods[uid].rank if uid in self._pods else None
 
-    def log_line(self, pod_name: str, line: str) -> None:
-        """One line of a pod's log: JSON step/done records update that rank."""
+    def log_line(self, pod_name: str, line: str, live: bool = True) -> None:
+        """One line of a pod's log: JSON step/done records update that rank; a launcher's
+        restart in process is a restart in the ledger when the line is `live` (seen as
+        it was written: a log read back later says nothing of when)."""
         rank = self.rank_of_pod(pod_name)
+        if rank is None:
+            return
+        if live and "kdist.launch: restarting " in line:
+            restart = in_process_restart(line)
+            if restart is not None and self.state.outcome is None and \
+                    self.ledger.restarted_in_process(restart, self.clock(), self._last_step()):
+                self.ledger_changed()
+            return
         record = parse_record(line)
-        if rank is None or record is None:
+        if record is None:
             return
         r = self.state.rank(rank)
         if record["event"] in ("step", "resume") and isinstance(record.get("step"), int):
