@@ -184,3 +184,32 @@ def test_a_local_run_counts_a_restart_in_process_once_for_all_its_nodes():
     assert r["secondsLost"] == 0.0
     led.line(1, "[rank 1] kdist.launch: " + in_process_line(2, 3, "x", 137))  # a worker's
     assert led.summary(succeeded=True)["restartsUsed"] == 1
+
+
+def test_client_run_local_hands_the_ledger_over_at_the_end(tmp_path, monkeypatch):
+    import kdist
+    from kdist import local
+    from kdist.shared.errors import UsageError
+    from kdist.spec import validate_job
+    from tests.unit.helpers import spec_with
+
+    job = validate_job(spec_with(**{"spec.distributed": {"maxRestarts": 2}}))
+
+    def run_nodes(argv, envs, *, ledger, **kwargs):  # what the runner tells its ledger
+        ledger.line(0, f"[rank 0] {step(7)}")
+        ledger.line(1, KILLED)
+        ledger.exited(1, 137)
+        ledger.restarting(1, 137)
+        ledger.line(0, f"[rank 0] {step(4, 'resume')}")
+        return 0
+
+    monkeypatch.setattr(local, "run_nodes", run_nodes)
+    monkeypatch.setattr(local, "_preflight", lambda job, root: None)
+    monkeypatch.chdir(tmp_path)
+    heard: list[dict] = []
+    assert kdist.Client().run_local(job, on_ledger=heard.append) == 0
+    (got,) = heard
+    assert (got["restartsUsed"], got["restartsAllowed"], got["stepsLost"]) == (1, 2, 3)
+    assert got["restarts"][0]["cause"].startswith("node 1 exited with code 137: killed by")
+    with pytest.raises(UsageError, match="on_ledger: expected a function"):
+        kdist.Client().run_local(job, on_ledger="print")
