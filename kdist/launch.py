@@ -81,8 +81,9 @@ from kdist.runtime.failures import pick_failure
 from kdist.runtime.plan import LaunchPlan, resolve_env, wait_for_master
 from kdist.runtime.worker_exec import command as _entrypoint
 from kdist.shared import env as E
-from kdist.shared import exitcodes, inprocess
+from kdist.shared import exitcodes
 from kdist.shared.errors import LaunchError
+from kdist.shared.ledger import in_process_line
 
 # Names other modules and tests knew here before the launcher was split up.
 __all__ = ["LaunchError", "LaunchPlan", "_cause", "_entrypoint", "main",
@@ -220,7 +221,7 @@ def _again(plan: LaunchPlan, code: int, listener: socket.socket | None, in_place
     did not meet again, and the container then restarts in place as it would have."""
     count = (plan.restart_count or 0) + 1
     why = _EXITING.sub("", Said.last)
-    _say(inprocess.line(count, plan.max_restarts, why, code))
+    _say(in_process_line(count, plan.max_restarts, why, code))
     try:
         again = _meet(dataclasses.replace(plan, restart_count=count), listener,
                       time.monotonic())

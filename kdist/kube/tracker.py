@@ -13,9 +13,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from kdist.kube.ledger import ANNOTATION as LEDGER
-from kdist.kube.ledger import Ledger
-from kdist.kube.ledger import parse as parse_ledger
 from kdist.kube.objects import (
     CONFIG_ERROR_REASONS,
     DELETED,
@@ -38,7 +35,9 @@ from kdist.kube.objects import (
 from kdist.kube.state import Failure, JobState, RankState, template_env
 from kdist.shared import env as E
 from kdist.shared import exitcodes
-from kdist.shared.inprocess import IN_PROCESS
+from kdist.shared.ledger import ANNOTATION as LEDGER
+from kdist.shared.ledger import Ledger, in_process_restart
+from kdist.shared.ledger import parse as parse_ledger
 from kdist.shared.terminal import escape
 
 __all__ = ["Failure", "JobState", "RankState", "Tracker"]
@@ -59,7 +58,7 @@ class Tracker:
         self._warned: set[tuple[Any, ...]] = set()
         # (pod uid, when its container ended) of the exits already in state.failures
         self._failed: set[tuple[str, str]] = set()
-        self.ledger = Ledger()  # what this watch sees of restarts (kdist.kube.ledger)
+        self.ledger = Ledger()  # what this watch sees of restarts (kdist.shared.ledger)
         self._saved_ledger: dict[str, Any] | None = None  # the job's, as last read
         # Gang restarts no pod shows (in process): the highest a launcher said, or the
         # job's ledger counted.
@@ -335,23 +334,20 @@ class Tracker:
         else:
             s.ledger = self._saved_ledger
 
-    def _in_process(self, rank: int, pod_name: str, line: str) -> None:
+    def _in_process(self, rank: int, pod_name: str, line: str, live: bool) -> None:
         """``kdist.launch: restarting this node's workers (restart N of M, in process):
         <why>; exit C`` (``kdist.launch._again``): no pod or container shows it."""
-        said = IN_PROCESS.search(line)
+        said = in_process_restart(line)
         if said is None or self.state.outcome is not None:
             return
-        count, why, code = int(said["count"]), said["why"], int(said["code"])
-        seen = count <= self._gang_restarts
-        if not seen:
-            self._gang_restarts = count
+        if said.number > self._gang_restarts:
+            self._gang_restarts = said.number
             for r in list(self.state.ranks):
                 self._refresh_rank(r)
-        elif self.ledger.open is None:
-            return  # another node's word on a restart the gang is already back from
-        self.ledger.failed(f"{self.state.unit} {rank} (pod {pod_name})", code, None,
-                           self.clock(), self._last_step(), said=why)
-        self.ledger_changed()
+        who = f"{self.state.unit} {rank} (pod {pod_name})"
+        if live and self.ledger.restarted_in_process(said, self.clock(), self._last_step(),
+                                                     who=who):
+            self.ledger_changed()
 
     # -- logs -----------------------------------------------------------------------------
 
@@ -359,15 +355,18 @@ class Tracker:
         uid = self._by_name.get(pod_name)
         return self._pods[uid].rank if uid in self._pods else None
 
-    def log_line(self, pod_name: str, line: str) -> None:
+    def log_line(self, pod_name: str, line: str, live: bool = True) -> None:
         """One line of a pod's log: JSON step/done records update that rank; a launcher's
-        restart of its workers in process is a gang restart."""
+        restart of its workers in process is a gang restart (in the ledger when the line
+        is `live`, seen as it was written: a log read back later says nothing of when)."""
         rank = self.rank_of_pod(pod_name)
-        if rank is not None and "in process): " in line:
-            self._in_process(rank, pod_name, line)
+        if rank is None:
+            return
+        if "kdist.launch: restarting " in line:
+            self._in_process(rank, pod_name, line, live)
             return
         record = parse_record(line)
-        if rank is None or record is None:
+        if record is None:
             return
         r = self.state.rank(rank)
         if record["event"] in ("step", "resume") and isinstance(record.get("step"), int):

@@ -280,7 +280,7 @@ def test_a_restart_in_process_is_a_gang_restart_in_the_ledger_and_on_every_rank(
     """No pod shows a restart in process: the launchers' lines do. Both nodes say it; the
     kill is the cause, the lost peer its echo; a late echo after the gang is back is not
     a second restart."""
-    from kdist.shared import inprocess
+    from kdist.shared.ledger import in_process_line
 
     now = [1e9]
     t = Tracker("unit-job", "d", clock=lambda: now[0])
@@ -290,9 +290,9 @@ def test_a_restart_in_process_is_a_gang_restart_in_the_ledger_and_on_every_rank(
         pod["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"] = str(rank)
         t.pod_event("ADDED", pod)
     t.log_line("unit-job-0-x", '{"event": "step", "step": 50}')
-    peer = "kdist.launch: " + inprocess.line(1, 2, "worker rank 0 (node 0, ...) exited with "
+    peer = "kdist.launch: " + in_process_line(1, 2, "worker rank 0 (node 0, ...) exited with "
                                              "code 203: RuntimeError: ...", 203)
-    kill = "kdist.launch: " + inprocess.line(
+    kill = "kdist.launch: " + in_process_line(
         1, 2, "worker rank 1 (node 1, local rank 0, pid 7) was killed by SIGKILL", 137)
     t.log_line("unit-job-0-x", peer)
     t.log_line("unit-job-1-x", kill)
