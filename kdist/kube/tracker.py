@@ -116,6 +116,8 @@ class Tracker:
         s.max_restarts = count(m) if m.isascii() and m.isdigit() else None
         s.restart_mode = restart_mode_of(obj)
         self._saved_ledger = parse_ledger((meta.get("annotations") or {}).get(LEDGER))
+        if self._saved_ledger is not None and self.ledger.adopt(self._saved_ledger):
+            self.ledger_changed()
         used = (self._saved_ledger or {}).get("restartsUsed")
         if isinstance(used, int) and used > self._gang_restarts:  # what a watch saw
             self._gang_restarts = used
@@ -328,7 +330,8 @@ class Tracker:
 
     def ledger_changed(self) -> None:
         s = self.state
-        if self.ledger.restarts:
+        kept = len((self._saved_ledger or {}).get("restarts") or [])
+        if len(self.ledger.restarts) > kept:  # else the job's own, totals as its watch wrote
             s.ledger = self.ledger.summary(s.max_restarts, parse_time(s.created), self.clock(),
                                            succeeded=s.outcome == SUCCEEDED)
         else:

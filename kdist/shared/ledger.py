@@ -30,6 +30,8 @@ from kdist.shared.records import parse_time as epoch
 #: The annotation the ledger is kept in (JSON, bounded by MAX_ENTRIES).
 ANNOTATION = "kdist.dev/ledger"
 MAX_ENTRIES = 100
+#: Two exits this close in time (their containers' finishedAt) are one restart's.
+SAME_S = 1.0
 
 
 # The launcher's line (after its "kdist.launch: ") when it restarts its workers in process.
@@ -121,6 +123,9 @@ class Ledger:
         cause = f"{who} exited with code {code}: {exitcodes.describe(code)}"
         cause += f"; {said}" if said else ""
         current = None if apart else self.open
+        ended = epoch(finished_at)
+        if current is None and ended is not None:  # an exit a ledger kept before already?
+            current = next((r for r in self.restarts if abs(r.fault_at - ended) < SAME_S), None)
         if current is None:
             if len(self.restarts) >= MAX_ENTRIES:
                 return
@@ -130,6 +135,28 @@ class Ledger:
             current.cause, current.exit_code = cause, code
             current.fault_at = min(current.fault_at, epoch(finished_at) or now)
             self.version += 1
+
+    def adopt(self, kept: dict[str, Any]) -> bool:
+        """Go on from the ledger a watch kept on the job (``parse``), when it knows more
+        restarts than this one: a later reader (`kdist status`, a watch attached again)
+        adds to the history, never writes a shorter one over it. Whether it did."""
+        entries = [e for e in kept.get("restarts", []) if isinstance(e, dict)]
+        if len(entries) <= len(self.restarts):
+            return False
+
+        def num(value: Any) -> int | None:
+            return value if isinstance(value, int) else None
+
+        def when(value: Any) -> float | None:
+            return epoch(value) if isinstance(value, str) else None
+
+        self.restarts = [Restart(
+            str(e.get("cause", "")), num(e.get("exitCode")) or 0,
+            when(e.get("faultAt")) or 0.0, num(e.get("lastStep")),
+            when(e.get("resumedAt")), num(e.get("resumedStep"))) for e in entries]
+        self.in_process |= set(range(1, len(self.restarts) + 1))
+        self.version += 1
+        return True
 
     def restarted_in_process(self, restart: InProcess, now: float, last_step: int | None,
                              who: str = "") -> bool:

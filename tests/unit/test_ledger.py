@@ -218,3 +218,28 @@ def test_client_run_local_hands_the_ledger_over_at_the_end(tmp_path, monkeypatch
     assert got["restarts"][0]["cause"].startswith("node 1 exited with code 137: killed by")
     with pytest.raises(UsageError, match="on_ledger: expected a function"):
         kdist.Client().run_local(job, on_ledger="print")
+
+
+def test_a_later_reader_goes_on_from_the_ledger_kept_on_the_job():
+    """`kdist status` (or a watch attached again) sees the exit the kept ledger already
+    counts: it is that restart, not a new one, and the history is not written over."""
+    kept = {"restarts": [{"cause": "rank 1 (pod p1) exited with code 137: killed",
+                          "exitCode": 137, "faultAt": "2026-12-05T03:00:00.000Z",
+                          "resumedAt": "2026-12-05T03:00:08.000Z", "lastStep": 50,
+                          "resumedStep": 40, "secondsLost": 8.0, "stepsLost": 10}],
+            "restartsUsed": 1}
+    t = Tracker("unit-job", "d", clock=Clock())
+    t.job_event("ADDED", {"kind": "Job", "metadata": {
+        "name": "unit-job", "namespace": "d", "creationTimestamp": "2026-12-05T02:59:00Z",
+        "annotations": {"kdist.dev/ledger": json.dumps(kept)}}, "spec": {}, "status": {}})
+    gone = pod(1)
+    gone["status"] = {"phase": "Failed", "containerStatuses": [{"name": "pytorch", "state": {
+        "terminated": {"exitCode": 137, "reason": "Error",
+                       "finishedAt": "2026-12-05T03:00:00Z"}}}]}
+    t.pod_relist([gone])
+    (r,) = t.state.ledger["restarts"]
+    assert (r["cause"], r["secondsLost"], r["stepsLost"]) == (kept["restarts"][0]["cause"], 8.0,
+                                                             10)
+    # a new fault is a second restart, after the kept one
+    t.ledger.failed("rank 0 (pod p0)", 137, "2026-12-05T03:05:00Z", 0.0, 90)
+    assert len(t.ledger.restarts) == 2 and t.ledger.restarts[0].cause == r["cause"]
