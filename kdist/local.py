@@ -98,7 +98,8 @@ def run_local(job: Any, *, stdout: IO[str] | None = None, code: Any = None,
     ledger = LocalLedger(job.spec.distributed.max_restarts)
     counts = tempfile.TemporaryDirectory(prefix="kdist-restarts-")
     dirs = None
-    if job.spec.distributed.restart_workers and job.spec.distributed.restart_mode != "recreate":
+    d = job.spec.distributed
+    if d.max_restarts and d.restart_workers and d.restart_mode != "recreate":
         # As in a pod restarting in place: the launchers restart their workers themselves.
         dirs = [Path(counts.name) / f"node-{i}" for i in range(len(envs))]
         for d in dirs:

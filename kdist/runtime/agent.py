@@ -92,7 +92,9 @@ class _Stopper:
 
     def lost(self, reason: str) -> None:
         with self.lock:
-            self.detail = f"node {self.plan.node_rank} lost node 0: {reason}"
+            self.detail = (f"node {self.plan.node_rank}: {reason}"
+                           if reason.startswith("the gang is restarting") else
+                           f"node {self.plan.node_rank} lost node 0: {reason}")
         say(f"{self.detail}; stopping this node's workers")
         W.signal_all(self.workers, signal.SIGKILL)
 

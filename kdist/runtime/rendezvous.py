@@ -31,6 +31,7 @@ from collections.abc import Callable
 
 from kdist.runtime.plan import LaunchPlan
 from kdist.runtime.store import MiniStore, StoreClient, listen
+from kdist.runtime.watchdog import RESTART_KEY
 from kdist.shared.errors import LaunchError
 
 JOINED, GO, RELEASED = "kdist/rdzv/joined", "kdist/rdzv/go", "kdist/rdzv/released"
@@ -114,6 +115,7 @@ def _lead(plan: LaunchPlan, listener: socket.socket, deadline: float,
           clock: Callable[[], float], count: int = 0) -> int:
     server = MiniStore(listener).start()
     try:
+        server.set(RESTART_KEY, str(count).encode())  # a node still running stops its workers
         server.add(JOINED, 1)
         while int(server.data.get(JOINED, b"0")) < plan.nnodes:
             if clock() >= deadline:
@@ -147,6 +149,9 @@ def _join(plan: LaunchPlan, deadline: float, clock: Callable[[], float],
             continue
         try:
             client.set(f"{COUNT}{plan.node_rank}", str(count).encode())
+            # Node 0's workers may still run (another node's failed): its watchdog, which
+            # reads rank 0's store, stops them; node 0 then leads this rendezvous.
+            client.set(RESTART_KEY, str(count).encode())
             client.add(JOINED, 1)
             client.wait([GO], timeout=max(0.1, deadline - clock()))
             answer = client.get(GO)

@@ -41,6 +41,9 @@ from kdist.runtime.store import StoreClient
 TICK_S = 1.0
 STORE_KEY = "kdist-watchdog/progress"
 HUNG_KEY = "kdist-watchdog/hung"  # "rank<TAB>node<TAB>where" of the rank a node found hung
+#: the restart count a launcher gathers the gang for, restarting in process
+#: (``kdist.runtime.rendezvous``): above this attempt's, the gang is restarting
+RESTART_KEY = "kdist/restart"
 STORE_TIMEOUT_S = 5
 # The master's store unreachable this long (once it answered): node 0's launcher is
 # gone, and with it node 0's ranks. Long enough that a network blip is not a loss.
@@ -49,6 +52,12 @@ LOST_AFTER_S = 15.0
 
 class MasterLost(Exception):
     """The rendezvous store on node 0 stopped answering: the gang is broken."""
+
+
+class RestartAsked(MasterLost):
+    """Another node's launcher is restarting the gang's workers in process (it set
+    ``RESTART_KEY`` above this attempt's count in the store it reached): this node's
+    workers must stop too, even when they sit outside any collective (a hung rank)."""
 
 
 class JobProgress:
@@ -124,7 +133,21 @@ class JobProgress:
                                  f"{now - self._failing_since:.0f}s ago ({e})") from e
             return self._total + mine - self._sent  # meanwhile, this node's own progress
         self._answered, self._failing_since, self._sent = True, None, mine
+        self._restart_asked()
         return self._total
+
+    def _asked(self) -> bytes:
+        store = self._client()
+        return bytes(store.get(RESTART_KEY)) if store.check([RESTART_KEY]) else b""
+
+    def _restart_asked(self) -> None:
+        try:
+            asked = self._asked()
+        except Exception:
+            return  # asked again next tick
+        if asked.isdigit() and int(asked) > (self.plan.restart_count or 0):
+            raise RestartAsked(f"the gang is restarting (restart {int(asked)}): another "
+                               "node's workers failed")
 
 
 class Watchdog:

@@ -184,3 +184,29 @@ def test_the_store_is_not_asked_before_this_nodes_workers_run(monkeypatch):
     assert progress.total() == 0 and asked == []  # node 0's store may not be up yet
     running = True
     assert progress.total() == 4 and asked == [0]
+
+
+def test_a_gang_restarting_in_process_stops_this_nodes_workers(monkeypatch):
+    """Another node's launcher gathers the gang for restart 1 (it set the store's restart
+    key): this node, on restart 0, is told to stop its workers; on restart 1 it is not."""
+    from kdist.runtime.watchdog import JobProgress, RestartAsked
+
+    class Out:
+        def progress(self) -> int:
+            return 1
+
+    store = FakeStore()
+    store.up, store.total = True, 0
+    asked = [b""]
+    for count in (0, 1):
+        progress = JobProgress(plan(KDIST_RESTART_COUNT=str(count)), Out())  # type: ignore[arg-type]
+        monkeypatch.setattr(progress, "_add", store.add)
+        monkeypatch.setattr(progress, "_asked", lambda: asked[0])
+        asked[0] = b""
+        progress.total()  # no key: training goes on
+        asked[0] = b"1"
+        if count == 0:
+            with pytest.raises(RestartAsked, match=r"the gang is restarting \(restart 1\)"):
+                progress.total()
+        else:
+            progress.total()  # its own restart's gathering: nothing to stop
