@@ -148,6 +148,20 @@ class Cluster(Transport):
         return self.list_objects(kinds.WORKLOAD, meta.get("namespace"),
                                  label_selector=f"{KUEUE_JOB_UID}={meta.get('uid', '')}")
 
+    def podgroups_of(self, job: dict[str, Any]) -> list[dict[str, Any]]:
+        """The PodGroup a job's pods are gang-scheduled in (distributed.gang native), if
+        the pod template names one and it exists; none otherwise."""
+        from kdist.kube.objects import gang_of
+        from kdist.shared.errors import JobNotFound
+
+        name, ns = gang_of(job), (job.get("metadata") or {}).get("namespace", "")
+        if not name or not self.serves(kinds.PODGROUP):
+            return []
+        try:
+            return [self.get(kinds.PODGROUP, name, ns)]
+        except JobNotFound:
+            return []
+
     def training_kinds(self) -> list[kinds.Kind]:
         """The training kinds this cluster serves: Job, and PyTorchJob when installed."""
         return [k for k in kinds.TRAINING if k is not kinds.PYTORCHJOB or self.has_pytorchjobs()]

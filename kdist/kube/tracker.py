@@ -26,6 +26,8 @@ from kdist.kube.objects import (
     PodView,
     checked_job_nodes,
     count,
+    gang_of,
+    gang_state,
     job_kind_backend,
     job_max_steps,
     parse_record,
@@ -74,6 +76,9 @@ class Tracker:
         if source == "queue":
             items = payload if kind == "relist" else ([] if kind == "DELETED" else [payload])
             return self.queue_event(items[-1]) if items else []
+        if source == "gang":
+            items = payload if kind == "relist" else ([] if kind == "DELETED" else [payload])
+            return self.gang_event(items[-1]) if items else []
         if source == "logs" and kind == "log":
             self.log_line(*payload)
         return []
@@ -91,6 +96,15 @@ class Tracker:
                                                   f"LocalQueue {queue}: {message}")
         return self._warn(("queue", message), f"job {s.name} queued in LocalQueue {queue}: "
                                               f"{message}")
+
+    def gang_event(self, podgroup: dict[str, Any]) -> list[str]:
+        """The job's PodGroup (a native gang): placed, or what holds its pods back."""
+        s = self.state
+        s.gang = escape((podgroup.get("metadata") or {}).get("name") or s.gang)
+        s.gang_status, s.gang_min, s.gang_message = gang_state(podgroup)
+        if s.gang_status != "unschedulable" or s.outcome:
+            return []
+        return self._warn(("gang", s.gang_message), f"job {s.name} {s.gang_words()}")
 
     # -- job ------------------------------------------------------------------------------
 
@@ -112,6 +126,7 @@ class Tracker:
         m = template_env(obj, E.MAX_RESTARTS)
         s.max_restarts = count(m) if m.isascii() and m.isdigit() else None
         s.restart_mode = restart_mode_of(obj)
+        s.gang = escape(gang_of(obj)) or s.gang
         self._saved_ledger = parse_ledger((meta.get("annotations") or {}).get(LEDGER))
         # "auto" (one per GPU) is unknown here; not said at all: the spec's default, 1.
         p = template_env(obj, E.NPROC_PER_NODE) or "1"
@@ -361,3 +376,4 @@ class Tracker:
                 r.step = record["step"]
         if isinstance(record.get("world_size"), int):
             r.world_size = record["world_size"]
+

@@ -114,6 +114,7 @@ class Distributed(_Model):
         "restart where they are (container restart rules; seconds, pods and IPs kept); "
         "recreate = new pods; auto = inPlace where the cluster serves it (asked at submit), "
         "else recreate. inPlace needs backend indexed-job.")
+    gang: Literal["auto", "native", "none"] = Field(default="auto", description=C.GANG_DOC)
     rendezvous_timeout_seconds: Annotated[StrictInt, Field(ge=1, le=86400)] = Field(
         default=300, description="How long a node waits for the others to arrive (also after a "
         "restart) before the job fails.")
@@ -388,6 +389,7 @@ class JobSpec(_Model):
             raise ValueError("distributed.restartMode inPlace needs backend indexed-job (the "
                              "training operator recreates a PyTorchJob's pods); use auto or "
                              "recreate")
+        C.native_gang(self.distributed.gang, self.backend, self.scheduling.queue)
         if self.checkpoint is not None:
             C.mount_free(self.checkpoint.path, [v.mount_path for v in self.pod.volumes],
                          "spec.checkpoint.path")
