@@ -195,7 +195,7 @@ def test_the_tracker_says_what_holds_the_gang_and_why_pods_wait(capsys):
                                          "status": "unschedulable",
                                          "message": f"Unschedulable: {why}"}
     print_status(t.state)
-    assert "waits as a gang (PodGroup unit-job)" in capsys.readouterr().out
+    assert "job unit-job waits as a gang (PodGroup unit-job)" in capsys.readouterr().out
     t.feed("gang", "MODIFIED", _podgroup("True"))
     assert not t.state.gang_holds()
     print_status(t.state)
