@@ -20,6 +20,7 @@ from kdist.kube.objects import (
     CONFIG_ERROR_REASONS,
     DELETED,
     FAILED,
+    GANG_ECHO,
     IMAGE_PULL_REASONS,
     RESTARTED_IN_PLACE,
     SUCCEEDED,
@@ -237,7 +238,10 @@ class Tracker:
         sched = conditions.get("PodScheduled") or {}
         if sched.get("status") == "False" and sched.get("reason") == "Unschedulable":
             msg = sched.get("message", "")
-            out += self._warn(("sched", msg), f"FailedScheduling: {who}: {msg}")
+            # A gang's other pods only echo that it is incomplete ("minCount (2) cannot be
+            # satisfied: ..."): the pod that does not fit says why, the PodGroup the rest.
+            if not msg.startswith(GANG_ECHO):
+                out += self._warn(("sched", msg), f"FailedScheduling: {who}: {msg}")
         # A node that stopped reporting: the node controller marks its pods not Ready
         # while their containers' last known state is still running.
         ready, cready = conditions.get("Ready") or {}, conditions.get("ContainersReady") or {}

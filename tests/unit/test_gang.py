@@ -207,3 +207,27 @@ def test_a_job_without_a_gang_says_nothing_of_one():
     t.job_event("ADDED", render(job("none"))[0])
     assert t.state.gang == "" and not t.state.gang_holds()
     assert t.state.to_dict()["gang"] is None
+
+
+def _pending(name: str, rank: int, message: str) -> dict[str, Any]:
+    return {"kind": "Pod", "metadata": {
+        "name": name, "namespace": "d", "uid": f"uid-{name}",
+        "labels": {"kdist.dev/job-name": "unit-job", "batch.kubernetes.io/job-completion-index":
+                   str(rank)},
+        "annotations": {"batch.kubernetes.io/job-completion-index": str(rank)}},
+        "spec": {}, "status": {"phase": "Pending", "conditions": [
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+             "message": message}]}}
+
+
+def test_a_gangs_echo_of_incomplete_is_not_a_scheduling_failure():
+    """As kube-scheduler v1.37 words it (seen on the test cluster): the pod that does not
+    fit says why; its gang's others say only that the gang is incomplete."""
+    t = Tracker("unit-job", "d")
+    t.job_event("ADDED", render(job(), None, None, "native")[0])
+    why = "0/1 nodes are available: 1 Insufficient cpu."
+    warned = t.feed("pods", "ADDED", _pending("unit-job-0-a", 0, why))
+    warned += t.feed("pods", "ADDED", _pending(
+        "unit-job-1-b", 1, "minCount (3) cannot be satisfied: 0 scheduled, 1 remaining"))
+    assert [w for w in warned if "FailedScheduling" in w] == [
+        f"FailedScheduling: rank 0 (pod unit-job-0-a): {why}"], warned
