@@ -25,14 +25,21 @@ JOBS = ("first", "second")
 
 
 def free_millicores(kube: Kube) -> int:
-    """CPU the single node has left for requests (allocatable less every live pod's)."""
+    """CPU the single node has left for requests (allocatable less every live pod's), once
+    no pod on it is terminating (an earlier test's, whose CPU would free up meanwhile)."""
     nodes = kube.core.list_node(_request_timeout=REQUEST_TIMEOUT).items
     if len(nodes) != 1:
         pytest.skip("needs a single-node cluster, whose CPU two gangs compete for")
-    node = nodes[0]
-    pods = kube.core.list_pod_for_all_namespaces(
-        field_selector=f"spec.nodeName={node.metadata.name}",
-        _request_timeout=REQUEST_TIMEOUT).items
+    node, deadline = nodes[0], time.monotonic() + 120
+    while True:
+        pods = kube.core.list_pod_for_all_namespaces(
+            field_selector=f"spec.nodeName={node.metadata.name}",
+            _request_timeout=REQUEST_TIMEOUT).items
+        going = [p.metadata.name for p in pods if p.metadata.deletion_timestamp]
+        if not going:
+            break
+        assert time.monotonic() < deadline, f"pods still terminating after 120s: {going}"
+        time.sleep(1)
     used = sum(parse_quantity(str((c.resources.requests or {}).get("cpu", "0")))
                for p in pods if p.status.phase not in ("Succeeded", "Failed")
                for c in p.spec.containers)
@@ -88,8 +95,9 @@ def test_two_jobs_that_each_need_the_whole_node_never_both_half_start(
     free = free_millicores(kube)
     cpu = free * 45 // 100  # two pods of a job fit the node, three do not
     assert cpu >= 200, f"only {free}m CPU free on the node"
-    # Until both jobs' pods all exist, the node has room for none of them.
-    kube.core.create_namespaced_pod(namespace, filler(namespace, free - cpu // 2),
+    # First the node has room for one pod of either job, not two: pod by pod, one job
+    # would half-start there (and hold its share while waiting for its peer).
+    kube.core.create_namespaced_pod(namespace, filler(namespace, free - cpu * 3 // 2),
                                     _request_timeout=REQUEST_TIMEOUT)
     kube.wait_for_pod(namespace, "filler", phases=("Running",), timeout=120)
     paths = {name: job_file(name, nodes=2, args=["--max-steps", "8"], paced={"PACE": "0.5"},
@@ -112,7 +120,7 @@ def test_two_jobs_that_each_need_the_whole_node_never_both_half_start(
         template = job["spec"]["template"]["spec"]
         assert template["schedulingGroup"] == {"podGroupName": name}, template
 
-    # Both wait whole while the node is full: no pod placed, and status says why.
+    # Both wait whole while the node has room for one pod: none placed; status says why.
     deadline = time.monotonic() + 60
     while len(kube.core.list_namespaced_pod(namespace, label_selector="kdist.dev/job-name",
                                             _request_timeout=REQUEST_TIMEOUT).items) < 4:
