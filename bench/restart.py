@@ -1,8 +1,10 @@
 """How fast a gang comes back from a killed worker, restarting in place vs recreating.
 
 Each round submits the same DDP job (``kdist submit --no-wait``, ``maxRestarts: 2``)
-three ways, interleaved: 2 pods restarting in place, 2 pods recreated
-(``distributed.restartMode``), and 4 pods in place. Once rank 0 has logged step 5, a
+four ways, interleaved: 2 pods restarting in place (their launchers restart the
+workers in process), 2 pods whose containers restart in place
+(``restartWorkers: false``), 2 pods recreated (``distributed.restartMode``), and 4
+pods in place. Once rank 0 has logged step 5, a
 worker of rank 1 is SIGKILLed inside its pod (``kubectl exec``; the killer prints the
 wall-clock time of the kill). The figure is the time from that kill to the first step
 line of rank 0's next attempt (its log's container-runtime timestamps, the same clock:
@@ -41,6 +43,7 @@ JOB = f"DDP, gloo, cpu {CPU} per pod, maxRestarts 2, a worker of rank 1 SIGKILLe
 IN_PLACE = f"restartMode inPlace, 2 pods ({JOB})"
 RECREATE = f"restartMode recreate, 2 pods ({JOB})"
 IN_PLACE_4 = f"restartMode inPlace, 4 pods ({JOB})"
+CONTAINER = f"restartMode inPlace, restartWorkers false, 2 pods ({JOB})"
 STRIKE_AT = 5
 # SIGKILL the DDP workers (not the launcher); say when, on the node's (this machine's) clock.
 KILL = ("import os, signal, time\n"
@@ -57,6 +60,11 @@ FIGURES = [
          "s", RECREATE, "(absolute)"),
     Spec("restart.inplace_vs_recreate", "kill to resumed: in place / recreated", "x",
          IN_PLACE, RECREATE, "<= 0.4", 0.4, higher_is_better=False),
+    Spec("restart.container_kill_to_resumed_s",
+         "worker SIGKILL to first resumed step, containers restarted in place", "s",
+         CONTAINER, "(absolute)"),
+    Spec("restart.inprocess_vs_container", "kill to resumed: in process / containers in place",
+         "x", IN_PLACE, CONTAINER),
     Spec("restart.kill_to_resumed_4_vs_2", "kill to resumed in place: 4 pods / 2 pods", "x",
          IN_PLACE_4, IN_PLACE, "<= 1.2", 1.2, higher_is_better=False),
 ]
@@ -64,8 +72,11 @@ FIGURES = [
 
 def _job(name: str, ns: str, nodes: int, mode: str) -> str:
     text = kube.job_yaml(name, ns, nodes=nodes, args=ARGS, cpu=CPU, memory="768Mi")
-    return text.replace("distributed: {backend: gloo}",
-                        f"distributed: {{backend: gloo, maxRestarts: 2, restartMode: {mode}}}")
+    extra = ""
+    if mode == "container":  # in place, but the launchers leave the restart to the kubelet
+        mode, extra = "inPlace", ", restartWorkers: false"
+    fields = f"backend: gloo, maxRestarts: 2, restartMode: {mode}{extra}"
+    return text.replace("distributed: {backend: gloo}", f"distributed: {{{fields}}}")
 
 
 class Job:
@@ -151,11 +162,13 @@ def run(ctx: Ctx) -> dict[str, Measured]:
                 return _kill_to_resumed(kc, ns, Path(tmp), f"rs-{counter[0]}", nodes, mode)
             return once
 
-        variants = {"inPlace": variant(2, "inPlace"), "recreate": variant(2, "recreate")}
+        variants = {"inPlace": variant(2, "inPlace"), "container": variant(2, "container"),
+                    "recreate": variant(2, "recreate")}
         if room_for_4:
             variants["inPlace4"] = variant(4, "inPlace")
         v = interleave(variants, ctx.rounds, ctx.say)
     r = ratios(v["inPlace"], v["recreate"])
+    c = ratios(v["inPlace"], v["container"])
     if room_for_4:
         q = ratios(v["inPlace4"], v["inPlace"])
         four = Measured(median(q), q, f"{ctx.rounds} interleaved rounds")
@@ -166,5 +179,8 @@ def run(ctx: Ctx) -> dict[str, Measured]:
         "restart.kill_to_resumed_s": Measured(median(v["inPlace"]), v["inPlace"]),
         "restart.recreate_kill_to_resumed_s": Measured(median(v["recreate"]), v["recreate"]),
         "restart.inplace_vs_recreate": Measured(median(r), r, f"{ctx.rounds} interleaved pairs"),
+        "restart.container_kill_to_resumed_s": Measured(median(v["container"]), v["container"]),
+        "restart.inprocess_vs_container": Measured(median(c), c,
+                                                   f"{ctx.rounds} interleaved pairs"),
         "restart.kill_to_resumed_4_vs_2": four,
     }

@@ -35,15 +35,24 @@ master resolves and accepts TCP and every node's launcher has joined; only then
 do workers start (exit 2 when the master never answers, 1 when not every node
 joined, as under torch's static rendezvous).
 
-Restarts belong to the job, not to the launcher (see ``kdist.exitcodes``):
-the launcher never restarts workers itself. A failed worker ends this
-launcher with an exit code that says whether it is worth a retry; every peer
-then fails its next collective and exits ``PEER_LOST``; and whoever runs the
-launchers makes the whole gang anew, up to ``maxRestarts`` times, each worker
-resuming from the newest checkpoint: the kubelet, restarting every pod's
-containers in place (``distributed.restartMode``, ``kdist.rendering.restarts``;
-the launcher then counts and bounds the restarts itself), or the Job
-controller, the training operator or ``kdist run --local``, making new ones.
+Restarts belong to the job (see ``kdist.exitcodes``): a failed worker ends its
+node's workers with an exit code that says whether it is worth a retry; every peer
+then fails its next collective (``PEER_LOST``) or the watchdog stops it (``HUNG``,
+node 0 gone); and the whole gang starts anew, up to ``maxRestarts`` times, each
+worker resuming from the newest checkpoint. Who starts it anew, fastest first:
+
+- **the launchers, in process**, where the pods restart in place
+  (``distributed.restartMode``, ``KDIST_RESTART_DIR``) and ``restartWorkers`` is on:
+  every launcher whose workers failed retryably, and that no signal is stopping,
+  meets the others again in a new rendezvous on the same port and starts its workers
+  on the next restart count, its container never restarted (``_again``);
+- **the kubelet**, restarting every pod's containers in place (a launcher that must
+  go: the gang did not meet again, or restartWorkers is off; the launcher then counts
+  and bounds the restarts itself, ``kdist.runtime.restarts``);
+- **the Job controller**, the training operator or ``kdist run --local``, making new
+  pods (a pod really gone: deleted, evicted, its node lost; and every restart where
+  the cluster does not serve restarts in place). Survivors restarting in process wait
+  in their rendezvous for the replacement.
 
 This module is the entrypoint (argv, then the order of things); the pieces
 live in ``kdist.runtime`` (the plan, the rendezvous, the agent, the workers and
@@ -58,9 +67,11 @@ import dataclasses
 import os
 import re
 import signal
+import socket
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 from kdist.launch_code import use_shipped_code
 from kdist.runtime import rendezvous, restarts
@@ -72,6 +83,7 @@ from kdist.runtime.worker_exec import command as _entrypoint
 from kdist.shared import env as E
 from kdist.shared import exitcodes
 from kdist.shared.errors import LaunchError
+from kdist.shared.ledger import in_process_line
 
 # Names other modules and tests knew here before the launcher was split up.
 __all__ = ["LaunchError", "LaunchPlan", "_cause", "_entrypoint", "main",
@@ -127,13 +139,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         signal.signal(sig, _stop_on)
     counter = in_place = None
     listener = None
+    base = starts = 0
     try:
         plan = resolve_env(os.environ)
         listener = rendezvous.bind(plan)  # node 0: the master port answers from now on
         in_place = restarts.in_place_dir(os.environ)
         if in_place is not None:  # restarted in place: this pod's starts count too
-            plan = dataclasses.replace(plan, restart_count=(plan.restart_count or 0)
-                                       + restarts.count_start(in_place))
+            base = plan.restart_count or 0
+            starts = restarts.count_start(in_place)
+            plan = dataclasses.replace(plan, restart_count=base + starts)
         else:
             counter = restarts.counter_path(plan)
         if counter is not None:
@@ -151,18 +165,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         waited = wait_for_master(plan)
         if waited >= 1.0:
             _say(f"master {plan.master_addr}:{plan.master_port} answered after {waited:.1f}s")
-        waited = rendezvous.rendezvous(plan, listener, started)
-        if waited >= 1.0:
-            _say(f"all {plan.nnodes} nodes joined after {waited:.1f}s")
+        plan = _meet(plan, listener, started)
+        if in_place is not None and plan.restart_count != base + starts:
+            restarts.note_restart(in_place, plan.restart_count or 0, base)
     except LaunchError as e:
         _say(str(e))
         if listener is not None:
             listener.close()
         return e.exit_code
-    os.environ.update(plan.worker_env(os.environ, _cpu_count()))
     prefix = os.environ.get(E.LOG_PREFIX, "") not in ("", "0")
     try:
-        code = run(plan, module, rest, prefix_lines=prefix, listener=listener)
+        while True:
+            os.environ.update(plan.worker_env(os.environ, _cpu_count()))
+            code = run(plan, module, rest, prefix_lines=prefix, listener=listener)
+            if in_place is None or not restarts.restart_workers(
+                    plan, code, Said.stopped_by is not None, in_place, os.environ):
+                break
+            plan, code = _again(plan, code, listener, in_place, base)
+            if code:
+                break
     finally:
         if listener is not None:
             listener.close()
@@ -177,6 +198,40 @@ def main(argv: Sequence[str] | None = None) -> int:
              f"(exit {code}: {exitcodes.describe(code)})")
         return spent
     return code
+
+
+def _meet(plan: LaunchPlan, listener: socket.socket | None, started: float) -> LaunchPlan:
+    """The rendezvous: every node's launcher joined, on the highest restart count any
+    brought (``rendezvous.gather``)."""
+    mine = plan.restart_count or 0
+    waited, agreed = rendezvous.gather(plan, listener, started, mine)
+    if waited >= 1.0:
+        _say(f"all {plan.nnodes} nodes joined after {waited:.1f}s")
+    if agreed == mine:
+        return plan
+    _say(f"the gang is on restart {agreed} (this node counted {mine})")
+    return dataclasses.replace(plan, restart_count=agreed)
+
+
+def _again(plan: LaunchPlan, code: int, listener: socket.socket | None, in_place: Path,
+           base: int) -> tuple[LaunchPlan, int]:
+    """Restart this node's workers in process after the retryable ``code``: the
+    launchers meet again and the workers start anew on the next restart count (resuming
+    from the newest checkpoint). (the plan, 0); or (the plan, ``code``) when the gang
+    did not meet again, and the container then restarts in place as it would have."""
+    count = (plan.restart_count or 0) + 1
+    why = _EXITING.sub("", Said.last)
+    _say(in_process_line(count, plan.max_restarts, why, code))
+    try:
+        again = _meet(dataclasses.replace(plan, restart_count=count), listener,
+                      time.monotonic())
+    except LaunchError as e:
+        _say(f"{e}; exiting {code}: {exitcodes.describe(code)}")
+        return plan, code
+    if (again.restart_count or 0) > plan.max_restarts:  # the others used more than this node
+        return dataclasses.replace(plan, restart_count=plan.max_restarts), code
+    restarts.note_restart(in_place, again.restart_count or 0, base)
+    return again, 0
 
 
 if __name__ == "__main__":

@@ -21,6 +21,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from kdist.local_gpus import _gpu_env, gpu_shares, visible_gpus  # noqa: F401 (were here)
+from kdist.local_ledger import LocalLedger
 from kdist.local_state import local_checkpoint_dir, state_dir
 from kdist.shared import env as E
 from kdist.shared import exitcodes
@@ -44,7 +46,7 @@ FAILED_STOP_GRACE_S = 10.0
 def run_local(job: Any, *, stdout: IO[str] | None = None, code: Any = None,
               on_attempt: Callable[[int], None] | None = None,
               on_interrupt: Callable[[int], None] | None = None, root: Path | None = None,
-              ) -> int:
+              on_ledger: Callable[[dict[str, Any]], None] | None = None) -> int:
     """Run ``job`` as ``job.spec.nodes`` local launchers; return the job's exit code.
 
     The exit code is the most telling one a node exits with (a code error
@@ -53,7 +55,9 @@ def run_local(job: Any, *, stdout: IO[str] | None = None, code: Any = None,
     port is taken here (another local run), a free one is used, said in one
     line on stderr. `code` (a packed workdir) runs the nodes in a fresh copy of
     it (``local_workspace``). `on_interrupt(signal)`: see ``run_nodes``. `root`: where
-    ``.kdist/<name>`` is (`local_state.state_root`; default the current directory)."""
+    ``.kdist/<name>`` is (`local_state.state_root`; default the current directory).
+    `on_ledger(ledger)` hears, at the end, the run's goodput ledger (``kdist.local_ledger``,
+    as `kdist status -o json` has a job's) when a node restarted."""
     from kdist.rendering import contract
 
     _preflight(job, root := root or Path.cwd())
@@ -90,65 +94,15 @@ def run_local(job: Any, *, stdout: IO[str] | None = None, code: Any = None,
         for env in envs:
             env["PYTHONPATH"] = os.pathsep.join(
                 p for p in (str(workspace), env.get("PYTHONPATH")) if p)
-    return run_nodes(argvs[0], envs, stdout=stdout,
+    ledger = LocalLedger(job.spec.distributed.max_restarts)
+    code = run_nodes(argvs[0], envs, stdout=stdout,
                      max_restarts=job.spec.distributed.max_restarts, cwd=workspace,
-                     node_argvs=argvs, on_attempt=on_attempt, on_interrupt=on_interrupt)
-
-
-def _gpu_env(job: Any, envs: list[dict[str, str]]) -> None:
-    """The pods' GPU defaults, and each node its own share of this machine's GPUs."""
-    from kdist.rendering import podspec
-
-    for env in envs:
-        env.update(podspec.gpu_env(job, dict(job.spec.env)))
-    per_node = job.spec.resources.gpus
-    if not per_node:
-        return
-    visible = visible_gpus(os.environ)
-    shares = gpu_shares(visible, job.spec.nodes, per_node, job.spec.dist_backend)
-    if shares is None:
-        print(f"kdist: this machine has {len(visible)} GPU(s), fewer than the spec's "
-              f"{job.spec.nodes} x {per_node}: the gloo workers run without GPUs of their own",
-              file=sys.stderr, flush=True)
-        return
-    for env, share in zip(envs, shares, strict=True):
-        env["CUDA_VISIBLE_DEVICES"] = share
-
-
-def visible_gpus(environ: Mapping[str, str], count: Any = None) -> list[str]:
-    """This machine's GPUs as CUDA_VISIBLE_DEVICES entries (indices or UUIDs)."""
-    if "CUDA_VISIBLE_DEVICES" in environ:
-        out = []
-        for entry in environ["CUDA_VISIBLE_DEVICES"].split(","):
-            entry = entry.strip()
-            if not entry or entry.startswith("-"):  # CUDA stops at the first invalid entry
-                break
-            out.append(entry)
-        return out
-    return [str(i) for i in range((count or _device_count)())]
-
-
-def _device_count() -> int:
-    import torch  # a local run needs torch anyway (checked by _preflight)
-
-    return torch.cuda.device_count() if torch.cuda.is_available() else 0
-
-
-def gpu_shares(visible: Sequence[str], nodes: int, per_node: int, backend: str) -> list[str] | None:
-    """CUDA_VISIBLE_DEVICES for each local node: disjoint, `per_node` GPUs each.
-
-    NCCL refuses two ranks on one GPU, so an NCCL job that does not fit is refused
-    (UsageError, exit 2); a gloo job runs without pinning (None).
-    """
-    need = nodes * per_node
-    if len(visible) < need:
-        if backend != "nccl":
-            return None
-        raise UsageError(
-            f"spec.resources.gpus: {nodes} node(s) x {per_node} GPU(s) need {need} GPUs, this "
-            f"machine has {len(visible)}; lower spec.nodes or spec.resources.gpus to run it "
-            "locally")
-    return [",".join(visible[i * per_node:(i + 1) * per_node]) for i in range(nodes)]
+                     node_argvs=argvs, on_attempt=on_attempt, on_interrupt=on_interrupt,
+                     ledger=ledger)
+    summary = ledger.summary(succeeded=code == 0)
+    if summary is not None and on_ledger is not None:
+        on_ledger(summary)
+    return code
 
 
 def local_workspace(job: Any, code: Any, cwd: Path) -> Path:
@@ -243,7 +197,8 @@ def _python(argv: Sequence[str]) -> list[str]:
     return argv
 
 
-def _pump(proc: subprocess.Popen[bytes], node: int, out: IO[str], lock: threading.Lock) -> None:
+def _pump(proc: subprocess.Popen[bytes], node: int, out: IO[str], lock: threading.Lock,
+          ledger: LocalLedger | None = None) -> None:
     assert proc.stdout is not None
     # Bytes as the ranks wrote them (invalid UTF-8 too) where ``out`` has a binary side.
     binary: IO[bytes] | None = getattr(out, "buffer", None)
@@ -253,6 +208,8 @@ def _pump(proc: subprocess.Popen[bytes], node: int, out: IO[str], lock: threadin
     # launcher ends a line within a second of its rank going quiet).
     for raw in iter(lambda: proc.stdout.readline(1 << 16), b""):  # type: ignore[union-attr]
         if at_start:
+            if ledger is not None:
+                ledger.line(node, raw.decode("utf-8", errors="replace").rstrip("\r\n"))
             lock.acquire()
             if not raw.startswith(b"[rank "):
                 raw = b"[node %d] " % node + raw
@@ -326,6 +283,7 @@ def run_nodes(
     node_argvs: Sequence[Sequence[str]] | None = None,
     on_attempt: Callable[[int], None] | None = None,
     on_interrupt: Callable[[int], None] | None = None,
+    ledger: LocalLedger | None = None,
 ) -> int:
     """Start one ``argv`` per env (node), stream their output, return the job's exit code.
 
@@ -338,7 +296,8 @@ def run_nodes(
     ``node_argvs``: a command line per node, where they differ (``$(KDIST_NODE_RANK)``).
     ``on_attempt(restart)`` hears of each attempt before its nodes start (a live table);
     ``on_interrupt(signal)`` of a Ctrl-C / SIGTERM that ended the run (its exit code alone
-    cannot tell it from a node that exited 130 on its own).
+    cannot tell it from a node that exited 130 on its own). ``ledger`` hears every line,
+    every node's exit and each restart.
     """
     out = stdout if stdout is not None else sys.stdout
     argvs = list(node_argvs) if node_argvs is not None else [argv] * len(envs)
@@ -348,12 +307,14 @@ def run_nodes(
         if on_attempt is not None:
             on_attempt(restart)
         node, code, interrupted = _run_once(argvs, attempt, out, fail_grace_s, stop_grace_s,
-                                            cwd)
+                                            cwd, ledger)
         if interrupted and on_interrupt is not None:
             on_interrupt(code - 128)
         if interrupted or not exitcodes.is_retryable(code) or restart >= max_restarts:
             return code
         restart += 1
+        if ledger is not None:
+            ledger.restarting(node, code)
         print(f"kdist: node {node} exited with code {code}, {exitcodes.describe(code)}; "
               f"restarting every node (restart {restart} of {max_restarts}), resuming "
               "from the newest checkpoint", file=sys.stderr, flush=True)
@@ -366,6 +327,7 @@ def _run_once(
     fail_grace_s: float,
     stop_grace_s: float,
     cwd: Path | None = None,
+    ledger: LocalLedger | None = None,
 ) -> tuple[int, int, bool]:
     """One attempt of every node: (the failed node that tells most, its code, interrupted)."""
     lock = threading.Lock()
@@ -382,7 +344,8 @@ def _run_once(
                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
                 )
                 procs.append(proc)
-                pump = threading.Thread(target=_pump, args=(proc, node, out, lock), daemon=True)
+                pump = threading.Thread(target=_pump, args=(proc, node, out, lock, ledger),
+                                        daemon=True)
                 pump.start()
                 threads.append(pump)
                 threading.Thread(
@@ -398,6 +361,8 @@ def _run_once(
                 pending -= 1
                 if rc:
                     failures.append((node, exitcodes.of_returncode(rc)))
+                    if ledger is not None:
+                        ledger.exited(node, exitcodes.of_returncode(rc))
             _stop(procs, signal.SIGTERM, min(stop_grace_s, FAILED_STOP_GRACE_S))
         except KeyboardInterrupt as e:
             # The nodes get the signal this process got: a SIGTERM reaches the workers

@@ -88,16 +88,21 @@ class Client:
         return files.render_objects(job, code)
 
     def run_local(self, job: TrainingJob | PathLike, *, workdir: PathLike | None = None,
-                  stdout: IO[str] | None = None) -> int:
+                  stdout: IO[str] | None = None,
+                  on_ledger: Callable[[dict[str, Any]], None] | None = None) -> int:
         """Run `job` here as `kdist run --local` (every node a process group); its exit code.
-        Its state (`.kdist/<name>`) sits beside a job file, else in the current directory."""
+        Its state (`.kdist/<name>`) sits beside a job file, else in the current directory.
+        `on_ledger(ledger)` hears, at the end, its goodput ledger when a node restarted (as
+        `status(...).ledger` has a job's)."""
         checks.writer(stdout, "stdout")
+        checks.callback(on_ledger, "on_ledger")
         job_file = None
         if isinstance(job, (str, os.PathLike)):
             job_file = checks.path(job, "job")
             job = files.load_file(job_file, local=True)
         job, code = self._job_and_code(job, None, workdir)
-        return files.run_local(job, code=code, stdout=stdout, job_file=job_file)
+        return files.run_local(job, code=code, stdout=stdout, job_file=job_file,
+                               on_ledger=on_ledger)
 
     def _job_and_code(self, job: TrainingJob | PathLike, backend: str | None,
                       workdir: PathLike | None,

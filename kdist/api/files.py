@@ -188,7 +188,8 @@ def security_note(file: str, line: str | None, loud: bool) -> str | None:
 def run_local(job: TrainingJob, *, code: Packed | None = None,
               stdout: IO[str] | None = None, observer: Any = None,
               on_interrupt: Callable[[int], None] | None = None,
-              job_file: str | None = None) -> int:
+              job_file: str | None = None,
+              on_ledger: Callable[[dict[str, Any]], None] | None = None) -> int:
     """Run `job` on this machine as `kdist run --local` does; the job's exit code.
 
     Its state (`.kdist/<name>`: checkpoints, the unpacked workdir) sits beside
@@ -197,7 +198,8 @@ def run_local(job: TrainingJob, *, code: Packed | None = None,
     With an `observer` (the CLI's live table), it hears of every line and of each
     node's state as `submit`'s observer does (`kdist.api.localview`).
     `on_interrupt(signal)` hears of a Ctrl-C / SIGTERM that stopped the run (the
-    exit code is then 128 + the signal).
+    exit code is then 128 + the signal). `on_ledger(ledger)` hears the run's goodput
+    ledger at its end when a node restarted (as `status -o json` has a job's `ledger`).
     """
     from kdist.local_state import state_root
 
@@ -206,7 +208,8 @@ def run_local(job: TrainingJob, *, code: Packed | None = None,
         from kdist.api.localview import run_local_watched
 
         return run_local_watched(job, observer, code=code, on_interrupt=on_interrupt,
-                                 root=root)
+                                 root=root, on_ledger=on_ledger)
     from kdist.local import run_local as run
 
-    return run(job, code=code, stdout=stdout, on_interrupt=on_interrupt, root=root)
+    return run(job, code=code, stdout=stdout, on_interrupt=on_interrupt, root=root,
+               on_ledger=on_ledger)

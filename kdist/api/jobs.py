@@ -182,7 +182,7 @@ def follow(cluster: Cluster, job: dict[str, Any], observer: Observer, *, logs: b
 
 
 class LedgerKeeper:
-    """Writes the watch's goodput ledger onto the job (``kdist.kube.ledger``) when it
+    """Writes the watch's goodput ledger onto the job (``kdist.shared.ledger``) when it
     changes, so that any client reads it; a cluster that refuses (no patch permission)
     is told of once, and the watch goes on."""
 
@@ -191,8 +191,8 @@ class LedgerKeeper:
         self.written, self.off = 0, False
 
     def keep(self, tracker: Any, final: bool = False) -> None:
-        from kdist.kube.ledger import ANNOTATION
         from kdist.shared.errors import KdistError
+        from kdist.shared.ledger import ANNOTATION
 
         ledger = tracker.ledger
         if final and ledger.restarts:
@@ -277,7 +277,7 @@ def status(conn: Connection, name: str, *, tail: int = 2000) -> JobState:
             except KdistError:
                 continue  # a log that cannot be read leaves step/loss unknown
             for line in lines:
-                tracker.log_line(r.pod, line)
+                tracker.log_line(r.pod, line, live=False)  # a tail: no clock
     return tracker.state
 
 

@@ -136,7 +136,7 @@ class LocalView:
 
 
 def run_local_watched(job: TrainingJob, observer: Observer, *, code: Any = None,
-                      on_interrupt: Any = None, root: Any = None) -> int:
+                      on_interrupt: Any = None, root: Any = None, on_ledger: Any = None) -> int:
     """`kdist run --local` reporting to `observer` (a live table); the job's exit code."""
     from kdist.local import run_local
 
@@ -151,7 +151,8 @@ def run_local_watched(job: TrainingJob, observer: Observer, *, code: Any = None,
 
     try:
         exit_code = run_local(job, code=code, stdout=view,  # type: ignore[arg-type]
-                              on_attempt=view.attempt, on_interrupt=interrupted, root=root)
+                              on_attempt=view.attempt, on_interrupt=interrupted, root=root,
+                              on_ledger=on_ledger)
         return exit_code
     finally:
         view.finish(exit_code, interrupted=bool(stopped))

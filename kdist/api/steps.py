@@ -5,7 +5,9 @@ The workloads print `{"event": "step", "step": ..., "loss": ...,
 own may print the same. Every pod of a rank is read, oldest first, and a pod
 whose container restarted in place also its previous instance (the kubelet
 keeps one), so the series runs across restarts: `Step.restart` says which
-attempt a point belongs to, and where it changes the job restarted. The
+attempt a point belongs to, and where it changes the job restarted (a launcher
+that restarts its workers in process says so in its log: the steps after that
+line are the next attempt's). The
 logs are streamed and each rank's series is bounded (its newest points).
 """
 
@@ -65,6 +67,7 @@ def _number(value: Any) -> float | None:
 def read_metrics(conn: Connection, name: str) -> dict[int, list[Step]]:
     """Every node rank's steps, in log order (arguments already checked)."""
     from kdist.kube.objects import parse_time, pod_selector, pod_view
+    from kdist.shared.ledger import in_process_restart
 
     cluster, ns = conn.cluster(), conn.namespace()
     job = cluster.get_job(name, ns)
@@ -84,6 +87,10 @@ def read_metrics(conn: Connection, name: str) -> dict[int, list[Step]]:
             attempt[rank] = restart
             for raw in _log(cluster, ns, view.name, previous):
                 stamp, _, text = raw.partition(" ")
+                again = in_process_restart(text) if "kdist.launch: " in text else None
+                if again is not None:  # its launcher restarted the workers in process
+                    restart = attempt[rank] = max(restart + 1, again.number)
+                    continue
                 step = step_of(text, rank, parse_time(stamp), restart)
                 if step is not None:
                     points.append(step)

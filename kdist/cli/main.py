@@ -245,10 +245,12 @@ def run(opts: ClusterOptions, file: str | None, local: bool, raw: bool,
     # State (.kdist/NAME) beside FILE; the built-in starter's in the current directory.
     if display is None:
         exit_code = api.run_local(job, code=code, stdout=Tee(summary),  # type: ignore[arg-type]
-                                  on_interrupt=stopped.append, job_file=file)
+                                  on_interrupt=stopped.append, job_file=file,
+                                  on_ledger=summary.kept)
     else:
         exit_code = api.run_local(job, code=code, observer=Sniffing(display, summary),
-                                  on_interrupt=stopped.append, job_file=file)
+                                  on_interrupt=stopped.append, job_file=file,
+                                  on_ledger=summary.kept)
     summary.say(exit_code, stopped[0] if stopped else None)
     sys.exit(exit_code)
 

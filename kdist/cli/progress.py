@@ -348,7 +348,7 @@ def print_status(state: JobState) -> None:
 
 
 def ledger_lines(ledger: dict[str, Any] | None) -> list[str]:
-    """The goodput ledger (kdist.kube.ledger) as `status` prints it: one line per restart,
+    """The goodput ledger (kdist.shared.ledger) as `status` prints it: one line per restart,
     then the totals; none when no watch saw a restart."""
     if not ledger or not ledger.get("restarts"):
         return []

@@ -1,5 +1,6 @@
 """`kdist run --local`'s last line: how the run ended, how long it took, its steps and loss,
-and when it failed, which rank and why (the user's file:line in it, as the launcher said).
+and when it failed, which rank and why (the user's file:line in it, as the launcher said);
+before it, when a node restarted, the run's goodput ledger as `kdist status` prints a job's.
 
 The step lines (docs/DESIGN.md, the workloads' JSON events) are read as they
 pass, from rank 0: through the live table's observer on a terminal, through a
@@ -20,7 +21,7 @@ import sys
 import time
 from typing import IO, Any
 
-from kdist.cli.progress import duration
+from kdist.cli.progress import duration, ledger_lines
 from kdist.cli.say import say
 from kdist.shared.exitcodes import severity
 
@@ -40,6 +41,11 @@ class RunSummary:
         self.loss: float | None = None
         self.done = False
         self.failure: tuple[int, str] | None = None  # (severity, "rank N exited ...: why")
+        self.ledger: dict[str, Any] | None = None  # the run's restarts (kdist.shared.ledger)
+
+    def kept(self, ledger: dict[str, Any]) -> None:
+        """The run's goodput ledger (`run_local(on_ledger=)`): said before the last line."""
+        self.ledger = ledger
 
     def feed(self, line: str) -> None:
         if "kdist.launch: worker rank " in line:
@@ -87,6 +93,8 @@ class RunSummary:
         return f"{head}{why}{'; ' if why else ': '}{steps}{loss}"
 
     def say(self, code: int, interrupted: int | None) -> None:
+        for line in ledger_lines(self.ledger):  # as `kdist status` prints a job's
+            say(line, err=code != 0)
         say(self.line(code, interrupted), err=code != 0)
 
 

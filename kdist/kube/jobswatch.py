@@ -184,7 +184,7 @@ class JobsWatch:
             except KdistError:
                 continue
             for line in lines:
-                tracker.log_line(rank0.pod, line)
+                tracker.log_line(rank0.pod, line, live=False)
 
     def states(self) -> list[JobState]:
         return [self.trackers[k].state for k in sorted(self.trackers)]

@@ -6,15 +6,14 @@ I/O, no clock. The tracker, the watch and the CLI's tables read objects here.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from kdist.shared import labels as L
 from kdist.shared.errors import ClusterError
 from kdist.shared.limits import MAX_NODES
+from kdist.shared.records import parse_record, parse_time  # noqa: F401 (read here)
 from kdist.shared.terminal import escape
 
 SUCCEEDED, FAILED, DELETED = "Succeeded", "Failed", "Deleted"
@@ -259,32 +258,6 @@ def terminal_condition(obj: dict[str, Any]) -> tuple[str, dict[str, Any]] | None
             if c.get("status") == "True" and table.get(c.get("type")) == want:
                 return want, c
     return None
-
-
-def parse_record(line: str) -> dict[str, Any] | None:
-    """A workload's JSON log line (`{"event": ...}`, docs/DESIGN.md), else None.
-
-    A prefix before the JSON object (a launcher's `[default0]:`) is tolerated.
-    """
-    text = line.strip()
-    start = text.find('{"event"')
-    if start < 0:
-        return None
-    try:
-        record = json.loads(text[start:])
-    except ValueError:
-        return None
-    return record if isinstance(record, dict) and isinstance(record.get("event"), str) else None
-
-
-def parse_time(stamp: str | None) -> float | None:
-    """An RFC 3339 API timestamp as epoch seconds."""
-    if not stamp:
-        return None
-    try:
-        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
 
 
 @dataclass

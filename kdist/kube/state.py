@@ -82,7 +82,7 @@ class JobState:
     procs_per_node: int | None = 1
     ranks: dict[int, RankState] = field(default_factory=dict)
     failures: list[Failure] = field(default_factory=list)
-    # The goodput ledger (kdist.kube.ledger): this watch's, else the job's annotation's
+    # The goodput ledger (kdist.shared.ledger): this watch's, else the job's annotation's
     ledger: dict[str, Any] | None = None
 
     def gang_holds(self) -> bool:

@@ -13,9 +13,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from kdist.kube.ledger import ANNOTATION as LEDGER
-from kdist.kube.ledger import Ledger
-from kdist.kube.ledger import parse as parse_ledger
 from kdist.kube.objects import (
     CONFIG_ERROR_REASONS,
     DELETED,
@@ -41,6 +38,9 @@ from kdist.kube.objects import (
 from kdist.kube.state import Failure, JobState, RankState, template_env
 from kdist.shared import env as E
 from kdist.shared import exitcodes
+from kdist.shared.ledger import ANNOTATION as LEDGER
+from kdist.shared.ledger import Ledger, in_process_restart
+from kdist.shared.ledger import parse as parse_ledger
 from kdist.shared.terminal import escape
 
 __all__ = ["Failure", "JobState", "RankState", "Tracker"]
@@ -61,8 +61,11 @@ class Tracker:
         self._warned: set[tuple[Any, ...]] = set()
         # (pod uid, when its container ended) of the exits already in state.failures
         self._failed: set[tuple[str, str]] = set()
-        self.ledger = Ledger()  # what this watch sees of restarts (kdist.kube.ledger)
+        self.ledger = Ledger()  # what this watch sees of restarts (kdist.shared.ledger)
         self._saved_ledger: dict[str, Any] | None = None  # the job's, as last read
+        # Gang restarts no pod shows (in process): the highest a launcher said, or the
+        # job's ledger counted.
+        self._gang_restarts = 0
 
     def feed(self, source: str, kind: str, payload: Any) -> list[str]:
         """One item as the I/O loop queues it; returns the new warnings.
@@ -129,6 +132,13 @@ class Tracker:
         s.restart_mode = restart_mode_of(obj)
         s.gang = escape(gang_of(obj)) or s.gang
         self._saved_ledger = parse_ledger((meta.get("annotations") or {}).get(LEDGER))
+        if self._saved_ledger is not None and self.ledger.adopt(self._saved_ledger):
+            self.ledger_changed()
+        used = (self._saved_ledger or {}).get("restartsUsed")
+        if isinstance(used, int) and used > self._gang_restarts:  # what a watch saw
+            self._gang_restarts = used
+            for r in list(self.state.ranks):
+                self._refresh_rank(r)
         # "auto" (one per GPU) is unknown here; not said at all: the spec's default, 1.
         p = template_env(obj, E.NPROC_PER_NODE) or "1"
         s.procs_per_node = (count(p) or None) if p.isascii() and p.isdigit() else None
@@ -222,6 +232,8 @@ class Tracker:
         r.exit_code, r.finished_at = v.exit_code, v.finished_at
         # Pods seen come and go (a deleted one vanishes); the Job controller's count stays.
         r.restarts = max(len(self._rank_pods[rank]) - 1, v.earlier_pods) + v.restarts
+        # A gang restart in process restarts every rank, and shows on no pod.
+        r.restarts = max(r.restarts, self._gang_restarts)
 
     def _warn(self, key: tuple[Any, ...], text: str) -> list[str]:
         if key in self._warned:
@@ -337,11 +349,27 @@ class Tracker:
 
     def ledger_changed(self) -> None:
         s = self.state
-        if self.ledger.restarts:
+        kept = len((self._saved_ledger or {}).get("restarts") or [])
+        if len(self.ledger.restarts) > kept:  # else the job's own, totals as its watch wrote
             s.ledger = self.ledger.summary(s.max_restarts, parse_time(s.created), self.clock(),
                                            succeeded=s.outcome == SUCCEEDED)
         else:
             s.ledger = self._saved_ledger
+
+    def _in_process(self, rank: int, pod_name: str, line: str, live: bool) -> None:
+        """``kdist.launch: restarting this node's workers (restart N of M, in process):
+        <why>; exit C`` (``kdist.launch._again``): no pod or container shows it."""
+        said = in_process_restart(line)
+        if said is None or self.state.outcome is not None:
+            return
+        if said.number > self._gang_restarts:
+            self._gang_restarts = said.number
+            for r in list(self.state.ranks):
+                self._refresh_rank(r)
+        who = f"{self.state.unit} {rank} (pod {pod_name})"
+        if live and self.ledger.restarted_in_process(said, self.clock(), self._last_step(),
+                                                     who=who):
+            self.ledger_changed()
 
     # -- logs -----------------------------------------------------------------------------
 
@@ -349,11 +377,18 @@ class Tracker:
         uid = self._by_name.get(pod_name)
         return self._pods[uid].rank if uid in self._pods else None
 
-    def log_line(self, pod_name: str, line: str) -> None:
-        """One line of a pod's log: JSON step/done records update that rank."""
+    def log_line(self, pod_name: str, line: str, live: bool = True) -> None:
+        """One line of a pod's log: JSON step/done records update that rank; a launcher's
+        restart of its workers in process is a gang restart (in the ledger when the line
+        is `live`, seen as it was written: a log read back later says nothing of when)."""
         rank = self.rank_of_pod(pod_name)
+        if rank is None:
+            return
+        if "kdist.launch: restarting " in line:
+            self._in_process(rank, pod_name, line, live)
+            return
         record = parse_record(line)
-        if rank is None or record is None:
+        if record is None:
             return
         r = self.state.rank(rank)
         if record["event"] in ("step", "resume") and isinstance(record.get("step"), int):

@@ -10,7 +10,7 @@ _LABELS = {"app.kubernetes.io/name": "kdist", "app.kubernetes.io/managed-by": "k
 
 # Exactly what kdist's verbs call: submit (create + ownerReference), watch,
 # status/list, logs, delete (foreground, then wait until gone); patch: the watch keeps
-# the goodput ledger on the training object (kdist.kube.ledger).
+# the goodput ledger on the training object (kdist.shared.ledger).
 RULES: list[dict[str, Any]] = [
     {"apiGroups": ["batch"], "resources": ["jobs"],
      "verbs": ["create", "get", "list", "watch", "patch", "delete"]},

@@ -79,5 +79,7 @@ def apply(job: TrainingJob, mode: str, ctx: dict[str, Any]) -> None:
     pod = ctx["pod_spec"]
     pod["restart_rule"] = rule()
     pod["env"].append({"name": E.RESTART_DIR, "value": E.DEFAULT_RESTART_DIR})
+    if not job.spec.distributed.restart_workers:
+        pod["env"].append({"name": E.RESTART_WORKERS, "value": "0"})
     pod["volume_mounts"].append({"name": VOLUME, "mountPath": E.DEFAULT_RESTART_DIR})
     pod["volumes"].append({"name": VOLUME, "emptyDir": {"sizeLimit": "1Mi"}})

@@ -34,6 +34,8 @@ from kdist.runtime.store import MiniStore, StoreClient, listen
 from kdist.shared.errors import LaunchError
 
 JOINED, GO, RELEASED = "kdist/rdzv/joined", "kdist/rdzv/go", "kdist/rdzv/released"
+#: each node's restart count, set before it joins; node 0 answers GO with the highest
+COUNT = "kdist/rdzv/count/"
 BARRIER, DONE, FAILED = "kdist/exit/open", "kdist/exit/done", "kdist/exit/failed"
 EXIT_BARRIER_S = 300.0  # torch's exit_barrier_timeout
 _POLL_S = 0.02
@@ -88,19 +90,28 @@ def rendezvous(plan: LaunchPlan, listener: socket.socket | None, started: float,
     ``started``: when this launcher started (the deadline counts from it, the wait for
     the master included). Raises ``RendezvousError`` at the deadline.
     """
+    return gather(plan, listener, started, clock=clock)[0]
+
+
+def gather(plan: LaunchPlan, listener: socket.socket | None, started: float,
+           count: int = 0, clock: Callable[[], float] = time.monotonic) -> tuple[float, int]:
+    """``rendezvous``, agreeing on the restart count: (the seconds it took, the highest
+    count any node brought). Every node of a gang restart counts it, but a node made
+    anew (a replaced pod) may know fewer than its survivors: the gang goes on from the
+    highest, so every worker is told the same restart and the bound holds for all."""
     begun = clock()
     deadline = started + plan.rdzv_timeout_s
     if plan.nnodes == 1:
-        return 0.0
+        return 0.0, count
     if listener is not None:
-        _lead(plan, listener, deadline, clock)
+        agreed = _lead(plan, listener, deadline, clock, count)
     else:
-        _join(plan, deadline, clock)
-    return clock() - begun
+        agreed = _join(plan, deadline, clock, count)
+    return clock() - begun, agreed
 
 
 def _lead(plan: LaunchPlan, listener: socket.socket, deadline: float,
-          clock: Callable[[], float]) -> None:
+          clock: Callable[[], float], count: int = 0) -> int:
     server = MiniStore(listener).start()
     try:
         server.add(JOINED, 1)
@@ -109,17 +120,22 @@ def _lead(plan: LaunchPlan, listener: socket.socket, deadline: float,
                 joined = int(server.data.get(JOINED, b"0"))
                 raise _failed(plan, f"{joined} of {plan.nnodes} node(s) joined")
             time.sleep(_POLL_S)
-        server.set(GO, b"1")
+        with server.lock:
+            brought = [v for k, v in server.data.items() if k.startswith(COUNT)]
+        agreed = max([count, *(int(v) for v in brought if v.isdigit())])
+        server.set(GO, str(agreed).encode())
         # Every other node has its answer before the socket goes to rank 0's worker
         # (a few seconds at most: they are connected and waiting).
         release_by = min(deadline, clock() + 10.0)
         while int(server.data.get(RELEASED, b"0")) < plan.nnodes - 1 and clock() < release_by:
             time.sleep(_POLL_S)
+        return agreed
     finally:
         server.stop()
 
 
-def _join(plan: LaunchPlan, deadline: float, clock: Callable[[], float]) -> None:
+def _join(plan: LaunchPlan, deadline: float, clock: Callable[[], float],
+          count: int = 0) -> int:
     problem = "node 0's launcher did not answer"
     while clock() < deadline:
         try:
@@ -130,10 +146,12 @@ def _join(plan: LaunchPlan, deadline: float, clock: Callable[[], float]) -> None
             time.sleep(min(0.2, max(0.0, deadline - clock())))
             continue
         try:
+            client.set(f"{COUNT}{plan.node_rank}", str(count).encode())
             client.add(JOINED, 1)
             client.wait([GO], timeout=max(0.1, deadline - clock()))
+            answer = client.get(GO)
             client.add(RELEASED, 1)
-            return
+            return int(answer) if answer.isdigit() else count
         except TimeoutError:
             problem = "not every node joined"
         except OSError as e:

@@ -100,3 +100,24 @@ def spent(plan: LaunchPlan, code: int, signalled: bool) -> bool:
     is being deleted: the Job controller decides, as when recreating)."""
     return (exitcodes.is_retryable(code) and not signalled
             and (plan.restart_count or 0) >= plan.max_restarts)
+
+
+def restart_workers(plan: LaunchPlan, code: int, signalled: bool, directory: Path | None,
+                    environ: Mapping[str, str]) -> bool:
+    """Whether this launcher restarts its workers itself after ``code`` (a restart in
+    process): its pod restarts in place (``directory``, where the count is kept), the
+    failure is worth a gang restart, no signal is stopping the pod, a restart is left,
+    and ``KDIST_RESTART_WORKERS`` is not ``0``. Every other node's workers fail too
+    (a lost peer, or the watchdog) and meet this one's in the next rendezvous."""
+    return (directory is not None and environ.get(E.RESTART_WORKERS, "").strip() != "0"
+            and exitcodes.is_retryable(code) and not signalled
+            and (plan.restart_count or 0) < plan.max_restarts)
+
+
+def note_restart(directory: Path, count: int, base: int) -> None:
+    """The gang is on restart ``count``, made in process: a later start of this pod's
+    launcher (its container restarted in place) counts on from it. ``base``: the
+    restarts the environment stated (its index's failures), which ``count_start``'s
+    count is added to."""
+    leave(directory / STARTS, count - base + 1)
+

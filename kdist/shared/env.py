@@ -40,6 +40,9 @@ INDEX_IGNORED_FAILURES = "KDIST_INDEX_IGNORED_FAILURES"
 RESTART_DIR = "KDIST_RESTART_DIR"
 #: Where a pod mounts that emptyDir.
 DEFAULT_RESTART_DIR = "/var/run/kdist/restarts"
+#: ``0``: a launcher whose pod restarts in place never restarts its workers itself; its
+#: container restarts instead (``kdist.runtime.restarts.restart_workers``).
+RESTART_WORKERS = "KDIST_RESTART_WORKERS"
 #: Launcher -> worker wrapper: the directory of one pipe per local rank that the
 #: worker's stdout and stderr go to (kdist.runtime.output).
 OUTPUT_PIPES = "KDIST_OUTPUT_PIPES"

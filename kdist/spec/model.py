@@ -114,6 +114,10 @@ class Distributed(_Model):
         "restart where they are (container restart rules; seconds, pods and IPs kept); "
         "recreate = new pods; auto = inPlace where the cluster serves it (asked at submit), "
         "else recreate. inPlace needs backend indexed-job.")
+    restart_workers: StrictBool = Field(
+        default=True, description="Where the gang restarts in place: a worker killed, hung or "
+        "cut off from a peer, while every pod is still there, is restarted by the launchers "
+        "themselves across the gang (no container restarted); false = the containers restart.")
     gang: Literal["auto", "native", "none"] = Field(default="auto", description=C.GANG_DOC)
     rendezvous_timeout_seconds: Annotated[StrictInt, Field(ge=1, le=86400)] = Field(
         default=300, description="How long a node waits for the others to arrive (also after a "

@@ -41,6 +41,7 @@ KUBEFLOW = "kubeflow.org/v1"
 # timeoutSeconds (60) is longer and only ever shortens this.
 WATCH_WINDOW = 2.0
 STAMP = "2025-01-02T03:04:05.{:09d}Z"  # pod log timestamps: line i gets i nanoseconds
+PREVIOUS = "#previous"  # set_log(previous=True): the container's instance before a restart
 
 
 @dataclass(frozen=True)
@@ -161,8 +162,10 @@ class FakeApi:
     def add(self, *objects: dict[str, Any]) -> list[dict[str, Any]]:
         return [self.store.add(o) for o in objects]
 
-    def set_log(self, pod: str, text: str, namespace: str = "default") -> None:
-        self.store.logs[(namespace, pod)] = text
+    def set_log(self, pod: str, text: str, namespace: str = "default",
+                previous: bool = False) -> None:
+        """`pod`'s log (`previous`: its container's instance before a restart in place)."""
+        self.store.logs[(namespace, pod + PREVIOUS if previous else pod)] = text
 
     def script_watch(self, plural: str, *streams: Iterable[dict[str, Any]]) -> None:
         """The next watches on `plural` each send one of `streams` verbatim, then end."""
@@ -377,6 +380,11 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _log(self, api: FakeApi, ns: str, pod: str, query: dict[str, str]) -> None:
         api.store.get("pods", ns, pod)  # 404 for a missing pod, as the API does
+        if query.get("previous") == "true":
+            if (ns, pod + PREVIOUS) not in api.store.logs:  # the API: no earlier instance
+                return self._json(400, status_body(400, "BadRequest", "previous terminated "
+                                                   "container not found"))
+            pod += PREVIOUS
         lines = api.store.logs.get((ns, pod), "").splitlines()
         if query.get("timestamps") == "true":
             lines = [f"{STAMP.format(i + 1)} {line}" for i, line in enumerate(lines)]

@@ -250,6 +250,48 @@ def test_metrics_are_each_ranks_steps_across_a_restart(api, client):
     assert last.time is not None and abs(last.time - 1735787045.0) < 1  # the log's stamp
 
 
+
+def restarted_in_place(job, rank: int, restarts: int) -> dict:
+    """Rank `rank`'s pod, running again after `restarts` restarts in place (same pod)."""
+    pod = copy.deepcopy(objects.pod(job, rank))
+    pod["status"]["containerStatuses"][0].update(restartCount=restarts, lastState={
+        "terminated": {"exitCode": 137, "reason": "Error",
+                       "finishedAt": "2025-01-02T03:04:30Z"}})
+    return pod
+
+
+def steps(*numbers: int) -> str:
+    return "".join(f'{{"event": "step", "step": {n}, "loss": 0.5}}\n' for n in numbers)
+
+
+def test_metrics_label_the_steps_of_a_pod_restarted_in_place_with_its_attempt(api, client):
+    job = api.add(objects.job("demo"))[0]
+    api.add(restarted_in_place(job, 0, restarts=1), restarted_in_place(job, 1, restarts=2))
+    api.set_log("demo-0-abcde", steps(2, 4), previous=True)  # the kubelet keeps one
+    api.set_log("demo-0-abcde", '{"event": "resume", "step": 4}\n' + steps(6))
+    api.set_log("demo-1-abcde", steps(6, 8), previous=True)  # attempt 1's; 0's is gone
+    api.set_log("demo-1-abcde", steps(8))
+    series = client.metrics("demo")
+    assert [(s.step, s.restart) for s in series[0]] == [(2, 0), (4, 0), (6, 1)]
+    assert [(s.step, s.restart) for s in series[1]] == [(6, 1), (8, 1), (8, 2)]
+
+
+def test_metrics_label_the_steps_after_a_restart_in_process_with_the_next_attempt(api, client):
+    job = api.add(objects.job("demo"))[0]
+    api.add(objects.pod(job, 0), restarted_in_place(job, 1, restarts=1))
+    said = ("kdist.launch: restarting this node's workers (restart {} of 3, in process): "
+            "worker rank 1 (node 1, local rank 0, pid 7) was killed by SIGKILL; exit 137\n")
+    api.set_log("demo-0-abcde", steps(2, 4) + said.format(1) + steps(4, 6) + said.format(2)
+                + steps(2))
+    api.set_log("demo-1-abcde", steps(2), previous=True)
+    # the pod restarted in place once (attempt 1), then its launcher restarted in process
+    api.set_log("demo-1-abcde", steps(2, 4) + said.format(2) + steps(4))
+    series = client.metrics("demo")
+    assert [(s.step, s.restart) for s in series[0]] == [(2, 0), (4, 0), (4, 1), (6, 1),
+                                                        (2, 2)]
+    assert [(s.step, s.restart) for s in series[1]] == [(2, 0), (2, 1), (4, 1), (4, 2)]
+
+
 # ---- kdist status --plot -----------------------------------------------------------------
 
 

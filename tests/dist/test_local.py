@@ -117,3 +117,47 @@ def test_a_local_rank_gets_the_contract_not_the_shells_kdist_variables(tmp_path,
     assert {k: seen[k] for k in stale if k in seen} == {"TORCHELASTIC_RUN_ID": "local-env"}
     assert seen["MY_OWN_SETTING"] == "kept" and seen["KDIST_JOB_NAME"] == "local-env"
     assert seen["KDIST_FAULT_KILL_AT"] == "0:99"  # the fault drills' hook, on purpose
+
+
+IN_PROCESS_NODE = """\
+import json, os, sys, time
+node = int(os.environ["NODE"])
+def step(n, event="step"):
+    print(f"[rank {{node}}] " + json.dumps({{"event": event, "step": n}}), flush=True)
+for n in range(1, 7):
+    step(n)
+time.sleep(0.3 * (node + 1))  # node 1 says it later: the same restart
+sys.stderr.write({said!r} + "\\n")
+sys.stderr.flush()
+time.sleep(1.0)
+step(4, "resume")
+for n in range(5, 9):
+    step(n)
+"""
+
+
+@pytest.mark.timeout(60)
+def test_the_runner_counts_a_restart_in_process_its_launchers_say_once():
+    """Stand-ins for launchers that restart their workers in process (no exit): every
+    node says it, the ledger has one restart, back at the resume line."""
+    import os
+    import sys
+
+    from kdist.local import run_nodes
+    from kdist.local_ledger import LocalLedger
+    from kdist.shared.ledger import in_process_line
+
+    said = "kdist.launch: " + in_process_line(1, 2, "worker rank 1 (node 1, local rank 0, "
+                                              "pid 7) was killed by SIGKILL", 137)
+    ledger, out = LocalLedger(max_restarts=2), io.StringIO()
+    envs = [{**os.environ, "NODE": str(i)} for i in range(2)]
+    code = run_nodes([sys.executable, "-c", IN_PROCESS_NODE.format(said=said)], envs,
+                     stdout=out, max_restarts=2, ledger=ledger)
+    assert code == 0, out.getvalue()
+    assert f"[node 1] {said}" in out.getvalue().splitlines()
+    got = ledger.summary(succeeded=True)
+    assert got is not None and got["restartsUsed"] == 1, (got, out.getvalue())
+    (r,) = got["restarts"]
+    assert r["cause"] == "worker rank 1 (node 1, local rank 0, pid 7) was killed by SIGKILL"
+    assert (r["exitCode"], r["lastStep"], r["resumedStep"], r["stepsLost"]) == (137, 6, 4, 2)
+    assert 0.5 < r["secondsLost"] < 10, r

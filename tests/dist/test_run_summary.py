@@ -63,3 +63,39 @@ def test_ctrl_c_is_interrupted_not_failed(tmp_path):
     last = err.strip().splitlines()[-1]
     assert last.startswith("local run summed interrupted (Ctrl-C) after "), err
     assert ": at step " in last and "failed" not in err, err
+
+
+RESTARTED = """\
+apiVersion: kdist/v1alpha1
+kind: TrainingJob
+metadata: {{name: restarted}}
+spec:
+  image: kdist-train:test
+  nodes: 2
+  procsPerNode: 1
+  workload: {{module: kdist.workloads.ddp, args: {args}}}
+  env: {{OMP_NUM_THREADS: "1"}}
+  distributed: {{backend: gloo, port: {port}, maxRestarts: 1}}
+  resources: {{cpu: "1", memory: 1Gi}}
+  checkpoint: {{path: /checkpoints, volume: {{emptyDir: {{}}}}}}
+"""
+
+
+@pytest.mark.timeout(240)
+def test_a_run_whose_worker_was_killed_ends_with_its_ledger(tmp_path):
+    path = tmp_path / "job.yaml"
+    args = [*TINY, "--max-steps", "10", "--log-every", "1", "--checkpoint-every", "4"]
+    path.write_text(RESTARTED.format(args=json.dumps(args), port=free_port()))
+    env = {**os.environ, "KDIST_FAULT_KILL_AT": "1:6", "PYTHONPATH": os.pathsep.join(
+        p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
+    proc = subprocess.run([sys.executable, "-m", "kdist", "run", "--local", str(path)],
+                          cwd=tmp_path, env=env, text=True, capture_output=True, timeout=220)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    *_, restart, goodput, last = proc.stdout.splitlines()
+    # rank 1 SIGKILLed after step 6; both nodes resume from the checkpoint of step 4
+    assert restart.startswith("restart 1 at "), proc.stdout
+    assert ": node 1 exited with code 137: killed by SIGKILL (retryable); worker rank 1 " \
+        "(node 1, local rank 0" in restart, restart
+    assert restart.endswith(" step(s) lost") and " back " in restart, restart
+    assert goodput.startswith("goodput ") and ": 1 restart(s) of 1 used, " in goodput, goodput
+    assert last.startswith("local run restarted succeeded in "), last

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from kubernetes import client
 
 from .conftest import REQUEST_TIMEOUT
@@ -37,12 +38,17 @@ def test_auto_restarts_in_place_where_the_cluster_serves_it(kube, namespace, kdi
     assert "restartPolicyRules" not in rendered.stdout
 
 
-def test_past_max_restarts_the_job_fails_naming_the_failure(kube, namespace, kdist, job_file):
-    """Exit 137 every attempt, maxRestarts 1: one restart in place (the same pod, its
-    container restarted), then the launcher ends the job with exit 205 naming the kill;
-    the Job controller never made a second pod."""
-    path = job_file("spent", nodes=2, args=["--max-steps", "4"],
-                    distributed={"backend": "gloo", "maxRestarts": 1},
+@pytest.mark.parametrize("workers", [True, False], ids=["in-process", "containers"])
+def test_past_max_restarts_the_job_fails_naming_the_failure(
+        workers, kube, namespace, kdist, job_file):
+    """Exit 137 every attempt, maxRestarts 1: one restart in place (the launchers restart
+    their workers in process; with restartWorkers false the kubelet restarts the
+    containers), then the launcher ends the job with exit 205 naming the kill; the Job
+    controller never made a second pod."""
+    name = "spent" if workers else "spent-c"
+    path = job_file(name, nodes=2, args=["--max-steps", "4"],
+                    distributed={"backend": "gloo", "maxRestarts": 1,
+                                 "restartWorkers": workers},
                     paced={"PACE": "0.3", "FAIL_RANK": "1", "FAIL_AT": "2", "FAIL_CODE": "137"})
     sub = kdist("submit", path, "--timeout", "200")
     out = sub.stdout + sub.stderr
@@ -52,17 +58,18 @@ def test_past_max_restarts_the_job_fails_naming_the_failure(kube, namespace, kdi
     assert "exited with code 205" in sub.stderr, out
     assert "no restart left (1 of maxRestarts=1 used)" in sub.stderr, out
     assert "exit 137: killed by SIGKILL" in sub.stderr, out
-    pods = json.loads(kubectl("-n", namespace, "get", "pods", "-l", "kdist.dev/job-name=spent",
+    pods = json.loads(kubectl("-n", namespace, "get", "pods", "-l", f"kdist.dev/job-name={name}",
                               "-o", "json").stdout)["items"]
     assert len(pods) == 2, [p["metadata"]["name"] for p in pods]  # none recreated
     for pod in pods:
         (cs,) = pod["status"]["containerStatuses"]
-        assert cs["restartCount"] == 1, cs  # once in place, then the job failed
+        # in process: no container restarted; else once in place, then the job failed
+        assert cs["restartCount"] == (0 if workers else 1), cs
         assert cs["state"]["terminated"]["exitCode"] == 205, cs
-    job = json.loads(kubectl("-n", namespace, "get", "job", "spent", "-o", "json").stdout)
+    job = json.loads(kubectl("-n", namespace, "get", "job", name, "-o", "json").stdout)
     reasons = {c["type"]: c.get("reason") for c in job["status"]["conditions"]}
     assert "PodFailurePolicy" in reasons.values(), reasons  # FailureTarget, then Failed
-    status = json.loads(kdist("status", "spent", "-o", "json").stdout)
+    status = json.loads(kdist("status", name, "-o", "json").stdout)
     assert status["phase"] == "Failed" and status["restartMode"] == "inPlace", status
     # A restart in place keeps no exit code (the kubelet's lastState says 137 for every
     # container it restarted): the watch saw the 137 as it happened; status has the 205s.
@@ -70,3 +77,6 @@ def test_past_max_restarts_the_job_fails_naming_the_failure(kube, namespace, kdi
     assert codes == [205, 205], status["failures"]
     assert "exit 137: killed by SIGKILL" in status["firstFailure"]["said"], status
     assert all(r["restarts"] == 1 for r in status["ranks"]), status["ranks"]
+    ledger = status["ledger"]
+    assert ledger is not None and ledger["restartsUsed"] == 1, ledger
+    assert ledger["restarts"][0]["exitCode"] == 137, ledger

@@ -242,12 +242,14 @@ def container_restarts(pod: Any) -> int:
     return sum(c.restart_count for c in pod.status.container_statuses or [])
 
 
-# restartMode: inPlace (the test clusters serve restart rules) and recreate, which is what a
-# cluster without them gets and what the PyTorchJob always does.
+# restartMode: inPlace (the test clusters serve restart rules; the launchers restart their
+# workers in process where the pods stay, "containers" with restartWorkers false: the
+# kubelet restarts them) and recreate, which is what a cluster without them gets and what
+# the PyTorchJob always does.
 @pytest.mark.parametrize(
     ("backend", "mode", "fault"),
     [("indexed-job", "inPlace", "sigkill-process"), ("indexed-job", "inPlace", "delete-pod"),
-     ("indexed-job", "inPlace", "evict-pod"),
+     ("indexed-job", "inPlace", "evict-pod"), ("indexed-job", "containers", "sigkill-process"),
      ("indexed-job", "recreate", "delete-pod"), ("indexed-job", "recreate", "sigkill-process"),
      ("pytorchjob", "recreate", "delete-pod"), ("pytorchjob", "recreate", "sigkill-process"),
      ("pytorchjob", "recreate", "evict-pod")],
@@ -255,8 +257,11 @@ def container_restarts(pod: Any) -> int:
 def test_a_fault_restarts_the_gang_which_resumes_and_finishes(
         backend, mode, fault, kube, namespace, shared_volume, kdist, kdist_popen, job_file):
     name = "survive"
+    workers = mode != "containers"
+    mode = "inPlace" if mode == "containers" else mode
     path = job_file(name, backend=backend, args=ARGS,
-                    distributed={"backend": "gloo", "maxRestarts": 2, "restartMode": mode},
+                    distributed={"backend": "gloo", "maxRestarts": 2, "restartMode": mode,
+                                 "restartWorkers": workers},
                     checkpoint={"path": MOUNT, "volume": shared_volume})
     proc = kdist_popen("submit", path, "--follow", "--timeout", str(RUN_TIMEOUT))
     stream = Stream(proc)
@@ -302,13 +307,19 @@ def test_a_fault_restarts_the_gang_which_resumes_and_finishes(
     if backend == "indexed-job":  # the training operator deletes the pods it replaces
         assert all(r["restarts"] >= 1 for r in status["ranks"]), status["ranks"]
     if mode == "inPlace":
-        # Where the pod was not taken away, it is the same pod, its containers restarted
-        # (sandbox, IP and volumes kept); the Job controller saw no failure of it.
+        # Where the pod was not taken away, it is the same pod (sandbox, IP and volumes
+        # kept), its workers restarted by its launcher (no container restarted), or with
+        # restartWorkers false its containers; the Job controller saw no failure of it.
         after = pods_by_rank(kube, namespace, name)
         kept = [0] if fault in PREEMPTING else [0, 1]
         for rank in kept:
             assert after[rank].metadata.uid == before[rank], (rank, fault)
-            assert container_restarts(after[rank]) >= 1, after[rank].status
+            if workers:
+                assert container_restarts(after[rank]) == 0, after[rank].status
+            else:
+                assert container_restarts(after[rank]) >= 1, after[rank].status
+        if workers:
+            assert "in process): " in log, log
         if fault in PREEMPTING:
             assert after[1].metadata.uid != before[1]  # really gone: replaced by the Job
         job = client.BatchV1Api(kube.api).read_namespaced_job(
@@ -319,7 +330,8 @@ def test_a_fault_restarts_the_gang_which_resumes_and_finishes(
         assert "rank 0" in log and "killed by SIGTERM" in log, log
     else:
         assert "rank 0" in log and "lost a peer" in log, log
-    report({"backend": backend, "restart_mode": mode, "fault": fault,
+    report({"backend": backend, "restart_mode": mode if workers else "inPlace (containers)",
+            "fault": fault,
             "checkpoint_every": CKPT_EVERY, **cost})
 
 

@@ -197,8 +197,12 @@ KILL_SELF = "import os, signal; print('restart', os.environ['KDIST_RESTART_COUNT
             "flush=True); os.kill(os.getpid(), signal.SIGKILL)"
 
 
-def launch(tmp_path: Path, restart_dir: Path, max_restarts: int, failures: str = "0"):
+def launch(tmp_path: Path, restart_dir: Path, max_restarts: int, failures: str = "0",
+           workers: str = "0"):
+    """One launcher start in a pod restarting in place; ``workers``: KDIST_RESTART_WORKERS
+    (``0`` by default: the container's restarts are counted here, not the workers')."""
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("KDIST_")},
+           "KDIST_RESTART_WORKERS": workers,
            "KDIST_JOB_NAME": "t", "KDIST_NNODES": "1", "KDIST_NPROC_PER_NODE": "1",
            "KDIST_DIST_BACKEND": "gloo", "KDIST_MAX_RESTARTS": str(max_restarts),
            "KDIST_INDEX_FAILURES": failures, "KDIST_RESTART_DIR": str(restart_dir),
@@ -223,6 +227,19 @@ def test_the_launcher_counts_its_starts_and_ends_the_job_once_restarts_are_spent
     last = second.stderr.strip().splitlines()[-1]
     assert "no restart left (1 of maxRestarts=1 used)" in last
     assert "killed by SIGKILL" in last and "exit 137" in last
+
+
+@pytest.mark.timeout(120)
+def test_one_launcher_restarts_its_workers_then_ends_the_job_and_counts_it_for_later(tmp_path):
+    """Restarts in process (the default): the same launcher starts the workers again,
+    tells them restart 1, and leaves the count where a container restart would read it."""
+    where = tmp_path / "restarts"
+    where.mkdir()
+    out = launch(tmp_path, where, max_restarts=1, workers="")
+    assert out.stdout.split() == ["restart", "0", "restart", "1"], out.stdout
+    assert "restarting this node's workers (restart 1 of 1, in process)" in out.stderr
+    assert out.returncode == exitcodes.RESTARTS_SPENT, out.stderr
+    assert (where / "starts").read_text() == "2"
 
 
 @pytest.mark.timeout(120)
@@ -259,6 +276,50 @@ def test_the_kubelets_record_of_an_in_place_restart_is_no_exit():
         "message": "The container is removed because RestartAllContainers in place"}))
     assert after == ["rank 0 (pod unit-job-0-x): container pytorch restarted in place (1x)"]
     assert [f.exit_code for f in t.state.failures] == [203]
+    assert t.state.ranks[0].restarts == 1
+
+
+def test_a_restart_in_process_is_a_gang_restart_in_the_ledger_and_on_every_rank():
+    """No pod shows a restart in process: the launchers' lines do. Both nodes say it; the
+    kill is the cause, the lost peer its echo; a late echo after the gang is back is not
+    a second restart."""
+    from kdist.shared.ledger import in_process_line
+
+    now = [1e9]
+    t = Tracker("unit-job", "d", clock=lambda: now[0])
+    for rank in (0, 1):
+        pod = _pod(0, {"running": {"startedAt": "s"}})
+        pod["metadata"].update(name=f"unit-job-{rank}-x", uid=f"u{rank}")
+        pod["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"] = str(rank)
+        t.pod_event("ADDED", pod)
+    t.log_line("unit-job-0-x", '{"event": "step", "step": 50}')
+    peer = "kdist.launch: " + in_process_line(1, 2, "worker rank 0 (node 0, ...) exited with "
+                                             "code 203: RuntimeError: ...", 203)
+    kill = "kdist.launch: " + in_process_line(
+        1, 2, "worker rank 1 (node 1, local rank 0, pid 7) was killed by SIGKILL", 137)
+    t.log_line("unit-job-0-x", peer)
+    t.log_line("unit-job-1-x", kill)
+    now[0] += 6.5
+    t.log_line("unit-job-0-x", '{"event": "resume", "step": 40}')
+    t.log_line("unit-job-0-x", peer)  # late: the gang is back already
+    (r,) = t.ledger.restarts
+    assert r.cause.startswith("rank 1 (pod unit-job-1-x): worker rank 1 (node 1"), r.cause
+    assert r.exit_code == 137 and r.seconds_lost == pytest.approx(6.5)
+    assert (r.last_step, r.resumed_step) == (50, 40)
+    assert [t.state.ranks[k].restarts for k in (0, 1)] == [1, 1]
+    assert t.state.ledger["restartsUsed"] == 1
+
+
+def test_a_status_read_counts_the_ledgers_restarts_on_every_rank():
+    """`kdist status` (no logs read) knows restarts in process from the job's ledger."""
+    import json as _json
+
+    t = Tracker("unit-job", "d")
+    t.pod_event("ADDED", _pod(0, {"running": {"startedAt": "s"}}))
+    ledger = {"restarts": [{"cause": "x", "exitCode": 137}], "restartsUsed": 1}
+    t.job_event("ADDED", {"kind": "Job", "metadata": {
+        "name": "unit-job", "namespace": "d", "creationTimestamp": "2026-12-05T03:00:00Z",
+        "annotations": {"kdist.dev/ledger": _json.dumps(ledger)}}, "spec": {}, "status": {}})
     assert t.state.ranks[0].restarts == 1
 
 

@@ -54,3 +54,24 @@ def test_tee_passes_bytes_as_written_and_reads_the_lines():
     tee.flush()
     assert raw.getvalue() == b"[rank 0] bad \xff\n" + data
     assert (s.step, s.loss) == (5, 0.25)
+
+
+def test_a_run_that_restarted_says_its_ledger_before_the_last_line(capsys):
+    from kdist.shared.ledger import Ledger
+
+    led = Ledger()
+    led.failed("node 1", 137, None, now=1796439610.0, last_step=12)
+    led.stepped(8, now=1796439616.5, resumed=True)
+    s = RunSummary("demo")
+    s.feed(step("step", 20, 0.5).rstrip("\n"))
+    s.say(0, None)  # no restart: the one line
+    assert len(capsys.readouterr().out.splitlines()) == 1
+    s.kept(led.summary(2, started=1796439600.0, now=1796439700.0, succeeded=True))
+    s.say(0, None)
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("restart 1 at 03:00:10: node 1 exited with code 137: killed by")
+    assert out[0].endswith("back 6.5s later, 4 step(s) lost")
+    assert out[1] == "goodput 93.5%: 1 restart(s) of 2 used, 6.5s and 4 step(s) lost"
+    assert out[2].startswith("local run demo succeeded in ")
+    s.say(137, None)  # a failed run says it all on stderr
+    assert capsys.readouterr().err.splitlines()[0].startswith("restart 1 at ")

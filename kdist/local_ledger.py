@@ -1,0 +1,93 @@
+"""The goodput ledger of one ``kdist run --local`` (``kdist.shared.ledger``), kept from what
+the local runner sees: each node's exit and the restart it makes of them all, and every
+line the nodes print (steps and resumes; the launchers' own lines, a restart in process).
+
+Per restart: the cause (the failed node, its exit code and what its launcher said of it),
+when it struck (the first failing node's `exiting` line or exit, whichever came first),
+when the nodes were back (the first step or resume line after it) and the steps done
+twice. The CLI prints it at the run's end as `kdist status` prints a job's.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from kdist.shared.ledger import Ledger, in_process_restart, iso
+from kdist.shared.records import parse_record
+
+# A launcher's last words on its node's failure (kdist.runtime.agent): "...; exiting N: why".
+_EXITING = re.compile(r"kdist\.launch: (.*); exiting (\d+)(?:: .*)?$")
+
+
+class LocalLedger:
+    """Fed by the runner (`exited`, `restarting`) and by each node's lines (`line`), from
+    one pump thread per node: every call holds one lock."""
+
+    def __init__(self, max_restarts: int | None, clock: Callable[[], float] = time.time) -> None:
+        self.clock = clock
+        self.ledger = Ledger()
+        self.max_restarts = max_restarts
+        self.started = clock()
+        self._lock = threading.Lock()
+        self._step: int | None = None  # the highest step logged since the nodes were last back
+        self._said: dict[int, str] = {}  # node -> its launcher's words on its failure
+        self._fault: float | None = None  # the first failure this attempt, as seen
+
+    def line(self, node: int, text: str) -> None:
+        """One line node `node` printed (a worker's, or its launcher's own)."""
+        if text.startswith("kdist.launch: "):  # the launcher's own (a worker's are prefixed)
+            self._launcher_line(node, text)
+            return
+        record = parse_record(text) if '{"event"' in text else None
+        if record is None or record["event"] not in ("step", "resume"):
+            return
+        step = record.get("step")
+        if isinstance(step, bool) or not isinstance(step, int):
+            return
+        with self._lock:
+            resumed, open_ = record["event"] == "resume", self.ledger.open
+            self.ledger.stepped(step, self.clock(), resumed)
+            if resumed or (open_ is not None and self.ledger.open is None):
+                self._step = step  # back: the steps count from here again
+            elif self._step is None or step > self._step:
+                self._step = step
+
+    def _launcher_line(self, node: int, text: str) -> None:
+        now = self.clock()
+        again = in_process_restart(text)
+        with self._lock:
+            if again is not None:
+                self.ledger.restarted_in_process(again, now, self._step)
+                return
+            m = _EXITING.search(text.rstrip())
+            if m is not None and m.group(2) != "0":
+                self._said[node] = m.group(1)
+                self._fault = now if self._fault is None else min(self._fault, now)
+
+    def exited(self, node: int, code: int) -> None:
+        """Node `node`'s launcher exited with `code` (as the job would count it)."""
+        if code:
+            with self._lock:
+                now = self.clock()
+                self._fault = now if self._fault is None else min(self._fault, now)
+
+    def restarting(self, node: int, code: int) -> None:
+        """The runner restarts every node: `node`'s exit `code` told most."""
+        with self._lock:
+            now = self.clock()
+            fault = self._fault if self._fault is not None else now
+            self.ledger.failed(f"node {node}", code, iso(fault), now, self._step,
+                               said=self._said.get(node, ""), apart=True)
+            self._said, self._fault = {}, None
+
+    def summary(self, succeeded: bool) -> dict[str, Any] | None:
+        """The ledger with its totals (as `status -o json` has it), or None: no restart."""
+        with self._lock:
+            if not self.ledger.restarts:
+                return None
+            return self.ledger.summary(self.max_restarts, self.started, self.clock(),
+                                       succeeded=succeeded)

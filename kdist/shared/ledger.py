@@ -1,0 +1,228 @@
+"""The goodput ledger: what each gang restart of a job cost, as its watch saw it.
+
+Per restart: its cause (the most telling failure), when it struck (the failed
+container's finishedAt), when the gang was back (the first step or resume line
+after it), the steps done twice (the highest step logged before the fault minus
+the step the gang resumed from). Totals: restarts used of those allowed, seconds
+and steps lost, and goodput (the share of the job's time not lost to restarts).
+
+`kdist submit`'s watch keeps it on the training object as the annotation
+``kdist.dev/ledger`` (JSON), so any client (`kdist status`, `Client.status`,
+kubectl) reads it; a job nobody watched through a restart has none. `kdist run
+--local` keeps one too (``kdist.local_ledger``) and prints it at its end.
+
+A launcher that restarts its own workers without exiting (in process) says so in
+one line, `IN_PROCESS` (`in_process_line` writes it, `in_process_restart` reads it):
+every node says it once per restart, and the ledger counts each restart once.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, NamedTuple
+
+from kdist.shared import exitcodes
+from kdist.shared.records import parse_time as epoch
+
+#: The annotation the ledger is kept in (JSON, bounded by MAX_ENTRIES).
+ANNOTATION = "kdist.dev/ledger"
+MAX_ENTRIES = 100
+#: Two exits this close in time (their containers' finishedAt) are one restart's.
+SAME_S = 1.0
+
+
+# The launcher's line (after its "kdist.launch: ") when it restarts its workers in process.
+IN_PROCESS = re.compile(r"restarting this node's workers \(restart (\d+) of (\d+), in process\): "
+                        r"(.*); exit (\d+)\s*$")
+
+
+class InProcess(NamedTuple):
+    """A launcher's restart of its own workers: which restart, of how many, why."""
+
+    number: int
+    of: int
+    cause: str
+    exit_code: int
+
+
+def in_process_line(number: int, of: int, cause: str, exit_code: int) -> str:
+    """The launcher's words (it prefixes "kdist.launch: ") for restart `number` in process."""
+    return (f"restarting this node's workers (restart {number} of {of}, in process): "
+            f"{cause}; exit {exit_code}")
+
+
+def in_process_restart(line: str) -> InProcess | None:
+    """The restart a launcher line (`kdist.launch: restarting ...`, any prefix) says."""
+    at = line.find("kdist.launch: restarting this node's workers (")
+    m = IN_PROCESS.match(line, at + len("kdist.launch: ")) if at >= 0 else None
+    if m is None:
+        return None
+    number, of, cause, code = m.groups()
+    return InProcess(int(number), int(of), cause, int(code))
+
+
+def iso(t: float | None) -> str | None:
+    if t is None:
+        return None
+    return datetime.fromtimestamp(t, timezone.utc).isoformat(timespec="milliseconds") \
+        .replace("+00:00", "Z")
+
+
+@dataclass
+class Restart:
+    """One gang restart."""
+
+    cause: str
+    exit_code: int
+    fault_at: float
+    last_step: int | None = None  # the highest step logged before the gang was back
+    resumed_at: float | None = None
+    resumed_step: int | None = None  # the step it went on from (a checkpoint's, or 0)
+
+    @property
+    def seconds_lost(self) -> float | None:
+        return None if self.resumed_at is None else max(0.0, self.resumed_at - self.fault_at)
+
+    @property
+    def steps_lost(self) -> int | None:
+        if self.resumed_step is None or self.last_step is None:
+            return None
+        return max(0, self.last_step - self.resumed_step)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"cause": self.cause, "exitCode": self.exit_code, "faultAt": iso(self.fault_at),
+                "resumedAt": iso(self.resumed_at), "lastStep": self.last_step,
+                "resumedStep": self.resumed_step,
+                "secondsLost": None if self.seconds_lost is None else round(self.seconds_lost, 1),
+                "stepsLost": self.steps_lost}
+
+
+@dataclass
+class Ledger:
+    """The restarts of one job, in order; the last may still be open (not resumed)."""
+
+    restarts: list[Restart] = field(default_factory=list)
+    version: int = 0  # bumped on every change worth writing down
+    in_process: set[int] = field(default_factory=set)  # the numbers of those counted
+
+    @property
+    def open(self) -> Restart | None:
+        last = self.restarts[-1] if self.restarts else None
+        return last if last is not None and last.resumed_at is None else None
+
+    def failed(self, who: str, code: int, finished_at: str | None, now: float,
+               last_step: int | None, said: str = "", apart: bool = False) -> None:
+        """A pod's container exited `code`: a new restart, or a more telling cause of the
+        one under way (a kill before the lost peers it caused). `said`: what its
+        launcher said of it, added to the cause. `apart`: a restart of its own even while
+        one is open (no step line said when that one was back; the local runner knows
+        each restart it makes)."""
+        cause = f"{who} exited with code {code}: {exitcodes.describe(code)}"
+        cause += f"; {said}" if said else ""
+        current = None if apart else self.open
+        ended = epoch(finished_at)
+        if current is None and ended is not None:  # an exit a ledger kept before already?
+            current = next((r for r in self.restarts if abs(r.fault_at - ended) < SAME_S), None)
+        if current is None:
+            if len(self.restarts) >= MAX_ENTRIES:
+                return
+            self.restarts.append(Restart(cause, code, epoch(finished_at) or now, last_step))
+            self.version += 1
+        elif exitcodes.severity(code) < exitcodes.severity(current.exit_code):
+            current.cause, current.exit_code = cause, code
+            current.fault_at = min(current.fault_at, epoch(finished_at) or now)
+            self.version += 1
+
+    def adopt(self, kept: dict[str, Any]) -> bool:
+        """Go on from the ledger a watch kept on the job (``parse``), when it knows more
+        restarts than this one: a later reader (`kdist status`, a watch attached again)
+        adds to the history, never writes a shorter one over it. Whether it did."""
+        entries = [e for e in kept.get("restarts", []) if isinstance(e, dict)]
+        if len(entries) <= len(self.restarts):
+            return False
+
+        def num(value: Any) -> int | None:
+            return value if isinstance(value, int) else None
+
+        def when(value: Any) -> float | None:
+            return epoch(value) if isinstance(value, str) else None
+
+        self.restarts = [Restart(
+            str(e.get("cause", "")), num(e.get("exitCode")) or 0,
+            when(e.get("faultAt")) or 0.0, num(e.get("lastStep")),
+            when(e.get("resumedAt")), num(e.get("resumedStep"))) for e in entries]
+        self.in_process |= set(range(1, len(self.restarts) + 1))
+        self.version += 1
+        return True
+
+    def restarted_in_process(self, restart: InProcess, now: float, last_step: int | None,
+                             who: str = "") -> bool:
+        """A launcher (of `who`) said it restarts its workers in process: restart
+        `restart.number`, counted once however many nodes say it, its cause the most
+        telling one they said (a kill before the lost peers it caused); a pod's failure
+        the watch saw first (a deleted pod, whose survivors restart in process) is the
+        same restart. Whether the ledger changed."""
+        cause = (f"{who}: " if who else "") + \
+            f"{restart.cause} (exit {restart.exit_code}: {exitcodes.describe(restart.exit_code)})"
+        current = self.open
+        new = restart.number not in self.in_process
+        self.in_process.add(restart.number)
+        if current is None:
+            if not new or len(self.restarts) >= MAX_ENTRIES:
+                return False  # another node's word on a restart the gang is back from
+            self.restarts.append(Restart(cause, restart.exit_code, now, last_step))
+            self.version += 1
+            return True
+        if exitcodes.severity(restart.exit_code) < exitcodes.severity(current.exit_code):
+            current.cause, current.exit_code = cause, restart.exit_code
+            self.version += 1
+            return True
+        return False
+
+    def stepped(self, step: int, now: float, resumed: bool) -> None:
+        """A rank logged `step` (`resumed`: it said it resumed from that step): the gang
+        is back when it resumed, or went back to a step at or before the last one seen."""
+        current = self.open
+        if current is None:
+            return
+        if not resumed and (current.last_step is None or step > current.last_step):
+            current.last_step = step  # the old attempt's last lines, still arriving
+            return
+        current.resumed_at = max(now, current.fault_at)
+        current.resumed_step = step if resumed else step - 1
+        self.version += 1
+
+    def summary(self, max_restarts: int | None, started: float | None,
+                now: float, succeeded: bool = False) -> dict[str, Any]:
+        """The ledger with its totals, as kept in the annotation and shown by status.
+
+        A restart still open counts as lost until `now`, unless the job `succeeded`: then
+        it did come back, and no step line said when (a script that prints none)."""
+        lost = [r.seconds_lost for r in self.restarts if r.seconds_lost is not None]
+        steps = [r.steps_lost for r in self.restarts if r.steps_lost is not None]
+        open_ = None if succeeded else self.open
+        lost_s = sum(lost) + (max(0.0, now - open_.fault_at) if open_ is not None else 0.0)
+        elapsed = None if started is None else max(0.0, now - started)
+        goodput = None if not elapsed else round(max(0.0, 1 - lost_s / elapsed), 3)
+        return {"restarts": [r.to_dict() for r in self.restarts],
+                "restartsUsed": len(self.restarts), "restartsAllowed": max_restarts,
+                "secondsLost": round(lost_s, 1), "stepsLost": sum(steps),
+                "succeeded": succeeded,
+                "goodput": goodput, "asOf": iso(now)}
+
+
+def parse(text: str | None) -> dict[str, Any] | None:
+    """The annotation's ledger, when it is one (a client reads what a watch wrote)."""
+    if not text or len(text) > 64_000:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(value, dict) or not isinstance(value.get("restarts"), list):
+        return None
+    return value
+
