@@ -16,6 +16,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -95,10 +96,18 @@ def run_local(job: Any, *, stdout: IO[str] | None = None, code: Any = None,
             env["PYTHONPATH"] = os.pathsep.join(
                 p for p in (str(workspace), env.get("PYTHONPATH")) if p)
     ledger = LocalLedger(job.spec.distributed.max_restarts)
-    code = run_nodes(argvs[0], envs, stdout=stdout,
-                     max_restarts=job.spec.distributed.max_restarts, cwd=workspace,
-                     node_argvs=argvs, on_attempt=on_attempt, on_interrupt=on_interrupt,
-                     ledger=ledger)
+    counts = tempfile.TemporaryDirectory(prefix="kdist-restarts-")
+    dirs = None
+    if job.spec.distributed.restart_workers and job.spec.distributed.restart_mode != "recreate":
+        # As in a pod restarting in place: the launchers restart their workers themselves.
+        dirs = [Path(counts.name) / f"node-{i}" for i in range(len(envs))]
+        for d in dirs:
+            d.mkdir()
+    with counts:
+        code = run_nodes(argvs[0], envs, stdout=stdout,
+                         max_restarts=job.spec.distributed.max_restarts, cwd=workspace,
+                         node_argvs=argvs, on_attempt=on_attempt, on_interrupt=on_interrupt,
+                         ledger=ledger, restart_dirs=dirs)
     summary = ledger.summary(succeeded=code == 0)
     if summary is not None and on_ledger is not None:
         on_ledger(summary)
@@ -284,6 +293,7 @@ def run_nodes(
     on_attempt: Callable[[int], None] | None = None,
     on_interrupt: Callable[[int], None] | None = None,
     ledger: LocalLedger | None = None,
+    restart_dirs: Sequence[Path] | None = None,
 ) -> int:
     """Start one ``argv`` per env (node), stream their output, return the job's exit code.
 
@@ -297,27 +307,46 @@ def run_nodes(
     ``on_attempt(restart)`` hears of each attempt before its nodes start (a live table);
     ``on_interrupt(signal)`` of a Ctrl-C / SIGTERM that ended the run (its exit code alone
     cannot tell it from a node that exited 130 on its own). ``ledger`` hears every line,
-    every node's exit and each restart.
+    every node's exit and each restart. ``restart_dirs``: a directory per node, as a pod
+    restarting in place has (``KDIST_RESTART_DIR``): the launchers restart their workers
+    themselves and count every restart there (the runner's too), bounding them.
     """
     out = stdout if stdout is not None else sys.stdout
     argvs = list(node_argvs) if node_argvs is not None else [argv] * len(envs)
     restart = 0
     while True:
         attempt = [{**env, E.RESTART_COUNT: str(restart)} for env in envs]
+        if restart_dirs is not None:  # the launchers count (from 0) in their directories
+            attempt = [{**env, E.RESTART_COUNT: "0", E.RESTART_DIR: str(d)}
+                       for env, d in zip(attempt, restart_dirs, strict=True)]
         if on_attempt is not None:
             on_attempt(restart)
         node, code, interrupted = _run_once(argvs, attempt, out, fail_grace_s, stop_grace_s,
                                             cwd, ledger)
         if interrupted and on_interrupt is not None:
             on_interrupt(code - 128)
-        if interrupted or not exitcodes.is_retryable(code) or restart >= max_restarts:
+        counted = _counted(restart_dirs) if restart_dirs is not None else restart + 1
+        if interrupted or not exitcodes.is_retryable(code) or counted > max_restarts:
             return code
-        restart += 1
+        restart = counted
         if ledger is not None:
             ledger.restarting(node, code)
         print(f"kdist: node {node} exited with code {code}, {exitcodes.describe(code)}; "
               f"restarting every node (restart {restart} of {max_restarts}), resuming "
               "from the newest checkpoint", file=sys.stderr, flush=True)
+
+
+def _counted(dirs: Sequence[Path]) -> int:
+    """The restart the nodes' launchers would count next (``kdist.runtime.restarts``:
+    each start and each restart in process is counted in its directory)."""
+    seen = [0]
+    for d in dirs:
+        try:
+            text = (d / "starts").read_text().strip()
+        except OSError:
+            continue
+        seen.append(int(text) if text.isdigit() else 0)
+    return max(seen)
 
 
 def _run_once(

@@ -66,6 +66,7 @@ class Tracker:
         # Gang restarts no pod shows (in process): the highest a launcher said, or the
         # job's ledger counted.
         self._gang_restarts = 0
+        self._adopted = -1  # the ledger's version when it took up the job's kept one
 
     def feed(self, source: str, kind: str, payload: Any) -> list[str]:
         """One item as the I/O loop queues it; returns the new warnings.
@@ -133,7 +134,7 @@ class Tracker:
         s.gang = escape(gang_of(obj)) or s.gang
         self._saved_ledger = parse_ledger((meta.get("annotations") or {}).get(LEDGER))
         if self._saved_ledger is not None and self.ledger.adopt(self._saved_ledger):
-            self.ledger_changed()
+            self._adopted = self.ledger.version
         used = (self._saved_ledger or {}).get("restartsUsed")
         if isinstance(used, int) and used > self._gang_restarts:  # what a watch saw
             self._gang_restarts = used
@@ -349,8 +350,9 @@ class Tracker:
 
     def ledger_changed(self) -> None:
         s = self.state
-        kept = len((self._saved_ledger or {}).get("restarts") or [])
-        if len(self.ledger.restarts) > kept:  # else the job's own, totals as its watch wrote
+        # What this watch saw, once it saw more than the job's kept ledger (adopted, not
+        # changed since: shown as its watch wrote it, totals included).
+        if self.ledger.restarts and self.ledger.version != self._adopted:
             s.ledger = self.ledger.summary(s.max_restarts, parse_time(s.created), self.clock(),
                                            succeeded=s.outcome == SUCCEEDED)
         else:

@@ -158,6 +158,7 @@ def test_the_runner_counts_a_restart_in_process_its_launchers_say_once():
     got = ledger.summary(succeeded=True)
     assert got is not None and got["restartsUsed"] == 1, (got, out.getvalue())
     (r,) = got["restarts"]
-    assert r["cause"] == "worker rank 1 (node 1, local rank 0, pid 7) was killed by SIGKILL"
+    assert r["cause"] == ("worker rank 1 (node 1, local rank 0, pid 7) was killed by SIGKILL "
+                          "(exit 137: killed by SIGKILL (retryable))")
     assert (r["exitCode"], r["lastStep"], r["resumedStep"], r["stepsLost"]) == (137, 6, 4, 2)
     assert 0.5 < r["secondsLost"] < 10, r

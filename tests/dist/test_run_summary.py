@@ -75,17 +75,20 @@ spec:
   procsPerNode: 1
   workload: {{module: kdist.workloads.ddp, args: {args}}}
   env: {{OMP_NUM_THREADS: "1"}}
-  distributed: {{backend: gloo, port: {port}, maxRestarts: 1}}
+  distributed: {{backend: gloo, port: {port}, maxRestarts: 1, restartWorkers: {workers}}}
   resources: {{cpu: "1", memory: 1Gi}}
   checkpoint: {{path: /checkpoints, volume: {{emptyDir: {{}}}}}}
 """
 
 
 @pytest.mark.timeout(240)
-def test_a_run_whose_worker_was_killed_ends_with_its_ledger(tmp_path):
+@pytest.mark.parametrize("workers", ["true", "false"], ids=["in-process", "nodes-restarted"])
+def test_a_run_whose_worker_was_killed_ends_with_its_ledger(tmp_path, workers):
+    """By default the launchers restart their workers in process (as in a pod restarting
+    in place); with restartWorkers false the runner restarts every node."""
     path = tmp_path / "job.yaml"
     args = [*TINY, "--max-steps", "10", "--log-every", "1", "--checkpoint-every", "4"]
-    path.write_text(RESTARTED.format(args=json.dumps(args), port=free_port()))
+    path.write_text(RESTARTED.format(args=json.dumps(args), port=free_port(), workers=workers))
     env = {**os.environ, "KDIST_FAULT_KILL_AT": "1:6", "PYTHONPATH": os.pathsep.join(
         p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
     proc = subprocess.run([sys.executable, "-m", "kdist", "run", "--local", str(path)],
@@ -94,8 +97,15 @@ def test_a_run_whose_worker_was_killed_ends_with_its_ledger(tmp_path):
     *_, restart, goodput, last = proc.stdout.splitlines()
     # rank 1 SIGKILLed after step 6; both nodes resume from the checkpoint of step 4
     assert restart.startswith("restart 1 at "), proc.stdout
-    assert ": node 1 exited with code 137: killed by SIGKILL (retryable); worker rank 1 " \
-        "(node 1, local rank 0" in restart, restart
+    if workers == "true":
+        assert ": worker rank 1 (node 1, local rank 0, pid " in restart, restart
+        assert "was killed by SIGKILL (exit 137: killed by SIGKILL (retryable))" in restart
+        assert "(restart 1 of 1, in process)" in proc.stderr + proc.stdout
+        assert "restarting every node" not in proc.stderr, proc.stderr
+    else:
+        assert ": node 1 exited with code 137: killed by SIGKILL (retryable); worker rank 1 " \
+            "(node 1, local rank 0" in restart, restart
+        assert "restarting every node (restart 1 of 1)" in proc.stderr, proc.stderr
     assert restart.endswith(" step(s) lost") and " back " in restart, restart
     assert goodput.startswith("goodput ") and ": 1 restart(s) of 1 used, " in goodput, goodput
     assert last.startswith("local run restarted succeeded in "), last

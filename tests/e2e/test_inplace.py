@@ -79,4 +79,6 @@ def test_past_max_restarts_the_job_fails_naming_the_failure(
     assert all(r["restarts"] == 1 for r in status["ranks"]), status["ranks"]
     ledger = status["ledger"]
     assert ledger is not None and ledger["restartsUsed"] == 1, ledger
-    assert ledger["restarts"][0]["exitCode"] == 137, ledger
+    if workers:  # the launchers' lines name the kill; a container restarted in place may
+        # leave the watch only its peer's exit (the kubelet's record of it is no exit)
+        assert ledger["restarts"][0]["exitCode"] == 137, ledger

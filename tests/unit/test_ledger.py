@@ -243,3 +243,25 @@ def test_a_later_reader_goes_on_from_the_ledger_kept_on_the_job():
     # a new fault is a second restart, after the kept one
     t.ledger.failed("rank 0 (pod p0)", 137, "2026-12-05T03:05:00Z", 0.0, 90)
     assert len(t.ledger.restarts) == 2 and t.ledger.restarts[0].cause == r["cause"]
+
+
+def test_the_watch_shows_and_writes_what_it_saw_after_reading_back_its_own_ledger():
+    """The watch reads its own annotation back (a job event): what it sees next (the gang
+    back) is what it shows and writes, not the copy it wrote before."""
+    clock = Clock()
+    t = Tracker("unit-job", "d", clock=clock)
+    job = {"kind": "Job", "metadata": {"name": "unit-job", "namespace": "d",
+                                       "creationTimestamp": "2026-12-05T02:59:00Z"},
+           "spec": {}, "status": {}}
+    t.job_event("ADDED", job)
+    t.pod_event("ADDED", pod(0))
+    t.pod_event("ADDED", pod(1))
+    t.log_line("unit-job-0-x", step(50))
+    t.log_line("unit-job-1-x", said(1))
+    written = json.dumps(t.state.ledger)  # what the watch wrote: the restart open
+    job["metadata"]["annotations"] = {"kdist.dev/ledger": written}
+    t.job_event("MODIFIED", job)
+    clock.now += 6
+    t.log_line("unit-job-0-x", step(40, "resume"))
+    (r,) = t.state.ledger["restarts"]
+    assert (r["resumedStep"], r["stepsLost"], r["secondsLost"]) == (40, 10, 6.0), r
