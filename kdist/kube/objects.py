@@ -226,8 +226,10 @@ def gang_of(obj: dict[str, Any]) -> str:
 #: PodGroup's condition that the scheduler placed the gang (KEP-4671, v1.37).
 GANG_SCHEDULED = "PodGroupInitiallyScheduled"
 #: How kube-scheduler (v1.37) begins the Unschedulable message of a gang's pods that
-#: would fit but wait for the rest: "minCount (2) cannot be satisfied: 0 scheduled, ...".
-GANG_ECHO = "minCount ("
+#: would fit but wait for the rest: "minCount (2) cannot be satisfied: 0 scheduled, ...",
+#: or, once a pod was placed and its gang's others were not, "pod group is unschedulable,
+#: minCount (2) cannot be satisfied: ..." (both seen on the test cluster).
+GANG_ECHO = ("minCount (", "pod group is unschedulable, minCount (")
 
 
 def gang_state(podgroup: dict[str, Any]) -> tuple[str, int | None, str]:

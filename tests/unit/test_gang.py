@@ -229,5 +229,8 @@ def test_a_gangs_echo_of_incomplete_is_not_a_scheduling_failure():
     warned = t.feed("pods", "ADDED", _pending("unit-job-0-a", 0, why))
     warned += t.feed("pods", "ADDED", _pending(
         "unit-job-1-b", 1, "minCount (3) cannot be satisfied: 0 scheduled, 1 remaining"))
+    warned += t.feed("pods", "ADDED", _pending(
+        "unit-job-2-c", 2, "pod group is unschedulable, minCount (3) cannot be satisfied: 1 "
+        "scheduled, 0 remaining, pod group preemption: No preemption victims found"))
     assert [w for w in warned if "FailedScheduling" in w] == [
         f"FailedScheduling: rank 0 (pod unit-job-0-a): {why}"], warned
