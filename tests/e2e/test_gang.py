@@ -26,7 +26,8 @@ JOBS = ("first", "second")
 
 def free_millicores(kube: Kube) -> int:
     """CPU the single node has left for requests (allocatable less every live pod's), once
-    no pod on it is terminating (an earlier test's, whose CPU would free up meanwhile)."""
+    no running pod on it is terminating (an earlier test's, whose CPU would free up
+    meanwhile)."""
     nodes = kube.core.list_node(_request_timeout=REQUEST_TIMEOUT).items
     if len(nodes) != 1:
         pytest.skip("needs a single-node cluster, whose CPU two gangs compete for")
@@ -35,7 +36,8 @@ def free_millicores(kube: Kube) -> int:
         pods = kube.core.list_pod_for_all_namespaces(
             field_selector=f"spec.nodeName={node.metadata.name}",
             _request_timeout=REQUEST_TIMEOUT).items
-        going = [p.metadata.name for p in pods if p.metadata.deletion_timestamp]
+        going = [p.metadata.name for p in pods if p.metadata.deletion_timestamp
+                 and p.status.phase not in ("Succeeded", "Failed")]  # ended: hold no CPU
         if not going:
             break
         assert time.monotonic() < deadline, f"pods still terminating after 120s: {going}"
