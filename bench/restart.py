@@ -4,12 +4,14 @@ Each round submits the same DDP job (``kdist submit --no-wait``, ``maxRestarts: 
 four ways, interleaved: 2 pods restarting in place (their launchers restart the
 workers in process), 2 pods whose containers restart in place
 (``restartWorkers: false``), 2 pods recreated (``distributed.restartMode``), and 4
-pods in place. Once rank 0 has logged step 5, a
-worker of rank 1 is SIGKILLed inside its pod (``kubectl exec``; the killer prints the
-wall-clock time of the kill). The figure is the time from that kill to the first step
-line of rank 0's next attempt (its log's container-runtime timestamps, the same clock:
-the test cluster runs on this machine). No checkpoint volume: the next attempt starts
-again at step 1, which is how its first line is told from the old attempt's last.
+pods in place. The containers-in-place job is killed twice: the second restart less
+the first is what the kubelet's crash-loop backoff costs (restarts in process meet
+none). Once rank 0 has logged step 5, a worker of rank 1 is SIGKILLed inside its pod
+(``kubectl exec``; the killer prints the wall-clock time of the kill). The figure is
+the time from that kill to the first step line of rank 0's next attempt (its log's
+container-runtime timestamps, the same clock: the test cluster runs on this machine).
+No checkpoint volume: the next attempt starts again at step 1, which is how its first
+line is told from the old attempt's last.
 """
 
 from __future__ import annotations
@@ -65,6 +67,9 @@ FIGURES = [
          CONTAINER, "(absolute)"),
     Spec("restart.inprocess_vs_container", "kill to resumed: in process / containers in place",
          "x", IN_PLACE, CONTAINER),
+    Spec("restart.crashloop_backoff_s",
+         "kubelet crash-loop backoff: 2nd container restart in place less the 1st", "s",
+         CONTAINER, "(absolute)"),
     Spec("restart.kill_to_resumed_4_vs_2", "kill to resumed in place: 4 pods / 2 pods", "x",
          IN_PLACE_4, IN_PLACE, "<= 1.2", 1.2, higher_is_better=False),
 ]
@@ -119,28 +124,35 @@ class Job:
         raise BenchError(f"job {self.name}: no {what} within {timeout:.0f}s")
 
 
-def _kill_to_resumed(kc: str, ns: str, tmp: Path, name: str, nodes: int, mode: str) -> float:
+def _kill_to_resumed(kc: str, ns: str, tmp: Path, name: str, nodes: int, mode: str,
+                     kills: int = 1) -> list[float]:
+    """Seconds from each of ``kills`` SIGKILLs (each once the gang is at step STRIKE_AT
+    again) to rank 0's first step after it."""
     path = tmp / f"{name}.yaml"
     path.write_text(_job(name, ns, nodes, mode))
     run_cmd([*_kdist_cli(), "--kubeconfig", kc, "-n", ns, "submit", str(path), "--no-wait"],
             env=clean_env(), timeout=120)
     job = Job(kc, ns, name)
+    took: list[float] = []
+    killed = 0.0
     try:
-        job.until(f"step {STRIKE_AT} of rank 0", lambda: any(
-            s >= STRIKE_AT for _, s in job.steps(0)), timeout=300)
-        victim = job.pod(1)
-        if victim is None:
-            raise BenchError(f"job {name}: no pod of rank 1")
-        _, out, _ = run_cmd([*job.base, "exec", victim["metadata"]["name"], "-c", "pytorch",
-                             "--", "python", "-c", KILL], timeout=60)
-        said = re.search(r"^killed ([0-9.]+)$", out, re.M)  # kubectl's own noise aside
-        if said is None:
-            raise BenchError(f"job {name}: no worker killed: {out!r}")
-        killed = float(said.group(1))
-        # the next attempt's first step: step 1 again (no checkpoint), logged after the kill
-        first = job.until("resumed step of rank 0", lambda: next(
-            (t for t, s in job.steps(0) if s == 1 and t > killed), None), timeout=300)
-        return float(first - killed)
+        for _ in range(kills):
+            job.until(f"step {STRIKE_AT} of rank 0", lambda k=killed: any(
+                s >= STRIKE_AT and t > k for t, s in job.steps(0)), timeout=300)
+            victim = job.pod(1)
+            if victim is None:
+                raise BenchError(f"job {name}: no pod of rank 1")
+            _, out, _ = run_cmd([*job.base, "exec", victim["metadata"]["name"], "-c",
+                                 "pytorch", "--", "python", "-c", KILL], timeout=60)
+            said = re.search(r"^killed ([0-9.]+)$", out, re.M)  # kubectl's own noise aside
+            if said is None:
+                raise BenchError(f"job {name}: no worker killed: {out!r}")
+            killed = float(said.group(1))
+            # the next attempt's first step: step 1 again (no checkpoint), after the kill
+            first = job.until("resumed step of rank 0", lambda k=killed: next(
+                (t for t, s in job.steps(0) if s == 1 and t > k), None), timeout=300)
+            took.append(float(first - killed))
+        return took
     finally:
         run_cmd([*job.base, "delete", "job", name, "--wait=false"], timeout=60, check=False)
 
@@ -156,10 +168,18 @@ def run(ctx: Ctx) -> dict[str, Measured]:
     with TemporaryDirectory() as tmp, kube.namespace(api, "kdist-bench-restart") as ns:
         ctx.say(f"    namespace {ns}")
 
+        backoff: list[float] = []  # containers: the second kill's time less the first's
+
         def variant(nodes: int, mode: str) -> Any:
+            kills = 2 if mode == "container" else 1
+
             def once() -> float:
                 counter[0] += 1
-                return _kill_to_resumed(kc, ns, Path(tmp), f"rs-{counter[0]}", nodes, mode)
+                took = _kill_to_resumed(kc, ns, Path(tmp), f"rs-{counter[0]}", nodes, mode,
+                                        kills)
+                if kills == 2:
+                    backoff.append(took[1] - took[0])
+                return took[0]
             return once
 
         variants = {"inPlace": variant(2, "inPlace"), "container": variant(2, "container"),
@@ -182,5 +202,7 @@ def run(ctx: Ctx) -> dict[str, Measured]:
         "restart.container_kill_to_resumed_s": Measured(median(v["container"]), v["container"]),
         "restart.inprocess_vs_container": Measured(median(c), c,
                                                    f"{ctx.rounds} interleaved pairs"),
+        "restart.crashloop_backoff_s": Measured(median(backoff), backoff,
+                                                "the same job's second kill less its first"),
         "restart.kill_to_resumed_4_vs_2": four,
     }
