@@ -21,6 +21,7 @@ from kdist.api.types import (
     Submission,
     reattach_hint,
 )
+from kdist.kube import kinds
 from kdist.kube.config import ClusterOptions, KubeConfig, resolve_namespace
 from kdist.shared.errors import ClusterError, JobFailed, TimedOut, UsageError
 from kdist.shared.terminal import escape
@@ -75,7 +76,7 @@ def submit(conn: Connection, job: TrainingJob, *, wait: bool = True, replace: bo
         from kdist.rendering.workdir import pack_workdir
 
         code = pack_workdir(job)
-    if dry_run == "client":  # no cluster to ask: restartMode auto renders recreate
+    if dry_run == "client":  # no cluster to ask: auto renders recreate, and no gang
         return Submission(name, ns, render(job, code), dry_run="client")
     from kdist.kube.sources import wait_gone
     from kdist.shared.errors import JobNotFound
@@ -101,29 +102,43 @@ def submit(conn: Connection, job: TrainingJob, *, wait: bool = True, replace: bo
 
 def create(cluster: Cluster, job: TrainingJob, code: Packed | None,
            dry_run: bool) -> tuple[list[dict[str, Any]], list[str]]:
-    """Render `job` as it restarts on `cluster` and create it (`Cluster.create`).
+    """Render `job` as it restarts and is scheduled on `cluster` and create it
+    (`Cluster.create`, all or nothing).
 
     restartMode auto sends the in-place form: a cluster without the feature drops the
     rule (the job then recreates) or refuses it (the recreate form is sent instead);
     inPlace asked of a cluster that does not serve it is refused before anything is made.
+    gang auto sends a native gang where discovery shows PodGroups (none elsewhere); a
+    refused PodGroup (a Role without it, say) sends the job without one instead. gang
+    native where PodGroups are not served is refused before anything is made.
     """
     from kdist.kube.restartprobe import serves_in_place
+    from kdist.rendering import gang as G
     from kdist.rendering import render
     from kdist.rendering import restarts as R
 
+    d = job.spec.distributed
     mode = R.resolve(job, cluster=True)
-    if job.spec.distributed.restart_mode == R.IN_PLACE:
-        served, why = serves_in_place(cluster, render(job, code, R.IN_PLACE)[0])
+    if d.restart_mode == R.IN_PLACE:
+        served, why = serves_in_place(cluster, render(job, code, R.IN_PLACE, G.NONE)[0])
         if not served:
             raise UsageError(f"spec.distributed.restartMode inPlace: {why}; use auto (recreate "
                              "where in place is not served) or recreate")
-    try:
-        return cluster.create(render(job, code, mode), dry_run=dry_run)
-    except ClusterError as e:
-        if mode != R.IN_PLACE or job.spec.distributed.restart_mode != "auto" or \
-                not R.refused(e):
-            raise
-    return cluster.create(render(job, code, R.RECREATE), dry_run=dry_run)
+    gang = G.resolve(job, served=G.can_gang(job) and cluster.serves(kinds.PODGROUP))
+    if d.gang == G.NATIVE and not cluster.serves(kinds.PODGROUP):
+        raise UsageError(f"spec.distributed.gang native: the cluster does not serve "
+                         f"{kinds.PODGROUP.api_version} PodGroups (feature gate GenericWorkload "
+                         "off, or Kubernetes < 1.37); use auto (none where not served) or none")
+    while True:  # each fallback happens once at most
+        try:
+            return cluster.create(render(job, code, mode, gang), dry_run=dry_run)
+        except ClusterError as e:
+            if mode == R.IN_PLACE and d.restart_mode == "auto" and R.refused(e):
+                mode = R.RECREATE
+            elif gang == G.NATIVE and d.gang == "auto" and G.refused(e):
+                gang = G.NONE
+            else:
+                raise
 
 
 def follow(cluster: Cluster, job: dict[str, Any], observer: Observer, *, logs: bool = True,
@@ -253,6 +268,8 @@ def status(conn: Connection, name: str, *, tail: int = 2000) -> JobState:
     tracker = tracked(cluster, job)
     for workload in cluster.workloads_of(job)[-1:]:
         tracker.queue_event(workload)
+    for podgroup in cluster.podgroups_of(job):
+        tracker.gang_event(podgroup)
     for r in tracker.state.ranks.values():
         if r.pod and tracker.pod_started(r.pod):
             try:

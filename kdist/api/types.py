@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from kdist.kube.config import ClusterOptions, KubeConfig, resolve_namespace
-from kdist.kube.objects import restart_mode_of
+from kdist.kube.objects import gang_of, restart_mode_of
 
 if TYPE_CHECKING:
     from kdist.kube.client import Cluster
@@ -57,6 +57,12 @@ class Submission:
         """How the gang restarts: "inPlace" or "recreate" (distributed.restartMode), as the
         objects created say (auto: as the cluster kept them; a client dry run: recreate)."""
         return restart_mode_of(self.objects[0]) if self.objects else ""
+
+    @property
+    def gang(self) -> str:
+        """The PodGroup the job's pods are gang-scheduled in (distributed.gang native, as the
+        objects created say), "" when they are scheduled pod by pod."""
+        return gang_of(self.objects[0]) if self.objects else ""
 
 
 @dataclass(frozen=True)

@@ -168,6 +168,8 @@ def _submit_one(opts: ClusterOptions, file: str, wait: bool, follow: bool, dry_r
                 f"{code.sha256[:12]}: {code.files} files, {len(code.archive):,} bytes packed)")
         if sub.restart_mode:
             say(f"restarts: {RESTART_WORDS.get(sub.restart_mode, sub.restart_mode)}")
+        if sub.gang:  # spec.distributed.gang, as resolved
+            say(f"scheduling: as a gang (podgroup/{sub.gang}: all pods at once or none)")
         if not wait and not dry_run:
             say(f"follow it with `kdist -n {sub.namespace} status {sub.name}` or "
                 f"`kdist -n {sub.namespace} logs -f {sub.name}`")

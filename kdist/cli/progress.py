@@ -323,6 +323,8 @@ def print_status(state: JobState) -> None:
         words = {"queued": "queued in", "never-fits": "can never be admitted in",
                  "admitted": "admitted from"}[state.queue_status]
         console.print(shown(f"{words} LocalQueue {state.queue_name}: {state.queue_message}"))
+    if state.gang_holds():  # a native gang (distributed.gang): why its pods wait
+        console.print(shown(f"job {state.name} {state.gang_words()}"))
     if state.outcome == "Failed" and state.first_failure() is not None:
         console.print(shown(state.failure_line()))
     elif (bad := state.first_failure()) is not None:  # e.g. which rank hung, what was killed

@@ -45,15 +45,19 @@ POD = {"spec": {"nodeName": str},
                   "containerStatuses": [CONTAINER_STATUS],
                   "initContainerStatuses": [CONTAINER_STATUS]}}
 TEMPLATE = {"spec": {"containers": [{"name": str, "command": [str], "args": [str],
-                                     "env": [{"name": str}]}]}}
+                                     "env": [{"name": str}]}],
+                     "schedulingGroup": {"podGroupName": str}}}
 JOB = {"spec": {"template": TEMPLATE},
        "status": {"conditions": CONDITIONS, "completionTime": str}}
 PYTORCHJOB = {"spec": {"pytorchReplicaSpecs": Map({"template": TEMPLATE}), "runPolicy": dict},
               "status": {"conditions": CONDITIONS}}
 WORKLOAD = {"spec": {"queueName": str},
             "status": {"conditions": CONDITIONS, "admission": {"clusterQueue": str}}}
+PODGROUP = {"spec": {"schedulingPolicy": {"gang": {"minCount": int}}},
+            "status": {"conditions": CONDITIONS}}
 SHAPES: dict[str, dict[str, Any]] = {
-    "Pod": POD, "Job": JOB, "PyTorchJob": PYTORCHJOB, "Workload": WORKLOAD}
+    "Pod": POD, "Job": JOB, "PyTorchJob": PYTORCHJOB, "Workload": WORKLOAD,
+    "PodGroup": PODGROUP}
 _TYPE_WORDS = {str: "a string", int: "an integer", dict: "an object", list: "a list"}
 
 

@@ -148,6 +148,19 @@ class Cluster(Transport):
         return self.list_objects(kinds.WORKLOAD, meta.get("namespace"),
                                  label_selector=f"{KUEUE_JOB_UID}={meta.get('uid', '')}")
 
+    def podgroups_of(self, job: dict[str, Any]) -> list[dict[str, Any]]:
+        """The PodGroup a job's pods are gang-scheduled in (distributed.gang native), if
+        the pod template names one and it exists; none otherwise."""
+        from kdist.kube.objects import gang_of
+
+        name, ns = gang_of(job), (job.get("metadata") or {}).get("namespace", "")
+        if not name or not self.serves(kinds.PODGROUP):
+            return []
+        try:
+            return [self.get(kinds.PODGROUP, name, ns)]
+        except JobNotFound:
+            return []
+
     def training_kinds(self) -> list[kinds.Kind]:
         """The training kinds this cluster serves: Job, and PyTorchJob when installed."""
         return [k for k in kinds.TRAINING if k is not kinds.PYTORCHJOB or self.has_pytorchjobs()]
@@ -213,29 +226,36 @@ class Cluster(Transport):
         jobs created by `kubectl apply` of the rendered manifests too (no
         ownerReference there): their code ConfigMaps are found by label.
         """
-        deleted = []
-        for kind, uid in self._kdists_objects(name, namespace):
+        from kdist.kube.objects import gang_of
+
+        deleted, gangs = [], set()
+        for kind, obj in self._kdists_objects(name, namespace):
+            gangs.add(gang_of(obj))
             try:
-                self.delete_object(kind, name, namespace, uid=uid)
+                self.delete_object(kind, name, namespace,
+                                   uid=obj["metadata"].get("uid") or None)
                 deleted.append(f"{kind.ref}/{name}")
             except JobNotFound:
                 continue  # deleted meanwhile
         deleted += self._delete_unowned_configmaps(name, namespace)
+        for gang in sorted(gangs - {""}):
+            deleted += self._delete_unowned_podgroup(gang, name, namespace)
         if not deleted:
             raise JobNotFound(f"no job {name} in namespace {namespace}")
         return deleted
 
-    def _kdists_objects(self, name: str, namespace: str) -> list[tuple[kinds.Kind, str | None]]:
-        """The training objects and the Service named `name` that are kdist's, with their
-        uids; UsageError when a training object of that name is not kdist's."""
-        found: list[tuple[kinds.Kind, str | None]] = []
+    def _kdists_objects(self, name: str,
+                        namespace: str) -> list[tuple[kinds.Kind, dict[str, Any]]]:
+        """The training objects and the Service named `name` that are kdist's, as read;
+        UsageError when a training object of that name is not kdist's."""
+        found: list[tuple[kinds.Kind, dict[str, Any]]] = []
         for kind in (*self.training_kinds(), kinds.SERVICE):
             try:
                 obj = self.get(kind, name, namespace)
             except (JobNotFound, OperatorMissing):
                 continue
             if owned.is_kdists(kind, obj, name, namespace):
-                found.append((kind, obj["metadata"].get("uid") or None))
+                found.append((kind, obj))
         return found
 
     def _delete_unowned_configmaps(self, name: str, namespace: str) -> list[str]:
@@ -259,6 +279,22 @@ class Cluster(Transport):
             except JobNotFound:
                 continue  # deleted meanwhile
         return deleted
+
+    def _delete_unowned_podgroup(self, group: str, name: str, namespace: str) -> list[str]:
+        """The PodGroup `group` of job `name`'s native gang when no object owns it (a rendered
+        job applied with kubectl; an owned one goes with its job). One that is not job
+        `name`'s (by kdist's labels), or that this user cannot read, stays."""
+        from kdist.shared.errors import KdistError
+        from kdist.shared.labels import made_by_kdist
+
+        try:
+            meta = self.get(kinds.PODGROUP, group, namespace)["metadata"]
+            if meta.get("ownerReferences") or not made_by_kdist({"metadata": meta}, name):
+                return []
+            self.delete_object(kinds.PODGROUP, group, namespace, uid=meta.get("uid") or None)
+        except KdistError:  # none there (JobNotFound), or not this user's to read
+            return []
+        return [f"{kinds.PODGROUP.ref}/{group}"]
 
     def annotate(self, obj: dict[str, Any], annotations: dict[str, str]) -> None:
         """Set `annotations` on `obj` (a JSON merge patch), if it still is that object."""

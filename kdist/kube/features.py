@@ -1,10 +1,10 @@
 """What the cluster serves beyond core Kubernetes, for `kdist check` (`kdist.kube.probe`).
 
 Each is asked of the API itself, never read off a version string: discovery for
-the PyTorchJob, JobSet and Kueue resources, and for container restart rules a
-server-side dry-run create of a tiny pod whose container has `restartPolicyRules`:
-an API server that does not serve the field (older, or its feature gate off)
-drops it, so whether it survives the dry run is the answer. None of these is
+the PyTorchJob, JobSet, Kueue and PodGroup (a native gang) resources, and for
+container restart rules a server-side dry-run create of a tiny pod whose container
+has `restartPolicyRules`: an API server that does not serve the field (older, or its
+feature gate off) drops it, so whether it survives the dry run is the answer. None of these is
 required: absent is "not served", never a failure.
 """
 
@@ -36,7 +36,8 @@ def served_features(cluster: Any) -> dict[str, bool]:
     """Which optional resources the cluster serves, by discovery (asked once each)."""
     return {"pytorchjob": cluster.serves(kinds.PYTORCHJOB),
             "jobset": cluster.serves(kinds.JOBSET),
-            "kueue": cluster.serves(kinds.LOCALQUEUE)}
+            "kueue": cluster.serves(kinds.LOCALQUEUE),
+            "podgroup": cluster.serves(kinds.PODGROUP)}
 
 
 def features(ask: Ask, ns: str, served: dict[str, bool]) -> list[Verdict]:
@@ -48,7 +49,14 @@ def features(ask: Ask, ns: str, served: dict[str, bool]) -> list[Verdict]:
     jobset = Verdict("jobset", OK if served["jobset"] else ABSENT,
                      f"{kinds.JOBSET.api_version} JobSet " + (
                          "served" if served["jobset"] else "not installed"))
-    return [pytorchjob, jobset, _kueue(ask, ns, served["kueue"]), restart_rules(ask, ns)]
+    gang = Verdict("gang", OK, f"{kinds.PODGROUP.api_version} PodGroups are served: jobs are "
+                   "scheduled as a gang, all pods at once or none (distributed.gang auto)") \
+        if served.get("podgroup") else Verdict(
+        "gang", ABSENT, f"no {kinds.PODGROUP.api_version} PodGroup (feature gate GenericWorkload "
+        "off, or Kubernetes < 1.37): pods are scheduled one by one; spec.queue (Kueue) "
+        "admits a job whole")
+    return [pytorchjob, jobset, _kueue(ask, ns, served["kueue"]), gang,
+            restart_rules(ask, ns)]
 
 
 def _kueue(ask: Ask, ns: str, served: bool) -> Verdict:

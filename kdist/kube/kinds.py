@@ -62,6 +62,8 @@ SERVICE = Kind("Service", "v1", "services", "service")
 CONFIGMAP = Kind("ConfigMap", "v1", "configmaps", "configmap")
 POD = Kind("Pod", "v1", "pods", "pod")
 WORKLOAD = Kind("Workload", "kueue.x-k8s.io/v1beta2", "workloads", "workload.kueue.x-k8s.io")
+# A native gang (distributed.gang, kdist.rendering.gang): created with the job, owned by it.
+PODGROUP = Kind("PodGroup", "scheduling.k8s.io/v1beta1", "podgroups", "podgroup.scheduling.k8s.io")
 # Only asked about by `kdist check` (kdist.kube.probe): served or not, and the queues there.
 JOBSET = Kind("JobSet", "jobset.x-k8s.io/v1alpha2", "jobsets", "jobset.jobset.x-k8s.io")
 LOCALQUEUE = Kind("LocalQueue", "kueue.x-k8s.io/v1beta2", "localqueues",
@@ -78,7 +80,7 @@ ENDPOINTSLICE = Kind("EndpointSlice", "discovery.k8s.io/v1", "endpointslices",
 #: The training objects, in the order a name is looked up.
 TRAINING = (JOB, PYTORCHJOB)
 BY_KIND = {k.kind: k for k in (JOB, PYTORCHJOB, SERVICE, CONFIGMAP, POD, ENDPOINTSLICE,
-                                WORKLOAD)}
+                                WORKLOAD, PODGROUP)}
 
 
 def of(obj: dict) -> Kind:

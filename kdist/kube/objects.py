@@ -211,6 +211,45 @@ def workload_state(workload: dict[str, Any]) -> tuple[str, str]:
     return "queued", message or "waiting for admission"
 
 
+def gang_of(obj: dict[str, Any]) -> str:
+    """The PodGroup the training object's pods are gang-scheduled in (the pod template's
+    ``schedulingGroup``, as the API server kept it: one without the feature drops the
+    field), "" when none (distributed.gang none, or not served)."""
+    for template in job_pod_templates(obj):
+        group = ((template.get("spec") or {}).get("schedulingGroup") or {})
+        name = group.get("podGroupName") if isinstance(group, dict) else None
+        if isinstance(name, str) and name:
+            return name
+    return ""
+
+
+#: PodGroup's condition that the scheduler placed the gang (KEP-4671, v1.37).
+GANG_SCHEDULED = "PodGroupInitiallyScheduled"
+#: How kube-scheduler (v1.37) begins the Unschedulable message of a gang's pods that
+#: would fit but wait for the rest: "minCount (2) cannot be satisfied: 0 scheduled, ...",
+#: or, once a pod was placed and its gang's others were not, "pod group is unschedulable,
+#: minCount (2) cannot be satisfied: ..." (both seen on the test cluster).
+GANG_ECHO = ("minCount (", "pod group is unschedulable, minCount (")
+
+
+def gang_state(podgroup: dict[str, Any]) -> tuple[str, int | None, str]:
+    """The scheduler's verdict on a gang's PodGroup: ("placed" | "waiting" |
+    "unschedulable", its minCount, in its words)."""
+    spec = podgroup.get("spec") or {}
+    gang = ((spec.get("schedulingPolicy") or {}).get("gang") or {})
+    minimum = gang.get("minCount")
+    minimum = minimum if isinstance(minimum, int) and not isinstance(minimum, bool) else None
+    conditions = {c.get("type"): c for c in (podgroup.get("status") or {}).get("conditions") or []}
+    placed = conditions.get(GANG_SCHEDULED) or {}
+    message = escape(" ".join(str(placed.get("message") or "").split()))[:300]
+    if placed.get("status") == "True":
+        return "placed", minimum, message or "all pods placed at once"
+    if placed.get("status") == "False":
+        reason = escape(str(placed.get("reason") or "Unschedulable"))
+        return "unschedulable", minimum, f"{reason}: {message}" if message else reason
+    return "waiting", minimum, message or "waiting for all its pods to exist and fit at once"
+
+
 def terminal_condition(obj: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
     """(Succeeded|Failed, the condition) when the job object says it is over."""
     table = _TERMINAL.get(obj.get("kind", ""), {})

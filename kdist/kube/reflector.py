@@ -283,6 +283,7 @@ class Sources:
     pods: Source
     logs: LogSource | None
     queue: Source | None = None  # Kueue's Workload of a queued job
+    gang: Source | None = None  # the PodGroup of a native gang (distributed.gang)
 
 
 class Session:
@@ -319,6 +320,8 @@ class Session:
         watched = [("job", self.sources.job), ("pods", self.sources.pods)]
         if self.sources.queue is not None:
             watched.append(("queue", self.sources.queue))
+        if self.sources.gang is not None:
+            watched.append(("gang", self.sources.gang))
         for name, source in watched:
             def emit(kind: str, obj: Any, name: str = name) -> None:
                 self._q.put((name, kind, obj))

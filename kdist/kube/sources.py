@@ -107,18 +107,23 @@ class PodLogs:
 
 def job_sources(cluster: Cluster, job: dict[str, Any]) -> Sources:
     """The job watch, the pod watch and the log reader that `reflector.Session` needs."""
+    from kdist.kube.objects import gang_of
     from kdist.shared.labels import KUEUE_JOB_UID, QUEUE
 
     meta = job["metadata"]
     name, ns = meta["name"], meta["namespace"]
     queued = bool((meta.get("labels") or {}).get(QUEUE)) and cluster.serves(kinds.WORKLOAD)
+    gang = gang_of(job)
+    gang = gang if gang and cluster.serves(kinds.PODGROUP) else ""
     return Sources(
         job=ApiSource(cluster, kinds.of(job), ns, field_selector=f"metadata.name={name}"),
         pods=ApiSource(cluster, kinds.POD, ns, label_selector=pod_selector(job)),
         logs=PodLogs(cluster, ns),
         queue=ApiSource(cluster, kinds.WORKLOAD, ns,
                         label_selector=f"{KUEUE_JOB_UID}={meta.get('uid', '')}")
-        if queued else None)
+        if queued else None,
+        gang=ApiSource(cluster, kinds.PODGROUP, ns, field_selector=f"metadata.name={gang}")
+        if gang else None)
 
 
 def wait_gone(cluster: Cluster, name: str, namespace: str, timeout: float) -> None:

@@ -71,6 +71,12 @@ class JobState:
     max_restarts: int | None = None  # spec.distributed.maxRestarts (from the pods' env)
     # "inPlace" | "recreate": what the job's pod template says (kube.objects.restart_mode_of)
     restart_mode: str = ""
+    # A native gang (distributed.gang): its PodGroup (kube.objects.gang_of), "" when none;
+    # the scheduler's verdict on it (kube.objects.gang_state) and minCount, once read.
+    gang: str = ""
+    gang_status: str = ""  # "" (not read) | waiting | unschedulable | placed
+    gang_min: int | None = None
+    gang_message: str = ""
     # spec.procsPerNode (from the pods' env; the spec's default until the job says);
     # None for "auto" (one process per GPU: not known here).
     procs_per_node: int | None = 1
@@ -78,6 +84,23 @@ class JobState:
     failures: list[Failure] = field(default_factory=list)
     # The goodput ledger (kdist.shared.ledger): this watch's, else the job's annotation's
     ledger: dict[str, Any] | None = None
+
+    def gang_holds(self) -> bool:
+        """Whether a native gang holds pods back now: it has not been placed, and some
+        rank's pod is still pending (not yet on a node)."""
+        return bool(self.gang) and self.gang_status in ("waiting", "unschedulable") and \
+            not self.outcome and any(r.phase == "Pending" for r in self.ranks.values())
+
+    def gang_words(self) -> str:
+        """What holds a native gang's pods and why they wait (or that it was placed)."""
+        pods = f"all {self.gang_min} pods" if self.gang_min else "all its pods"
+        if self.gang_status == "unschedulable":
+            return (f"waits as a gang (PodGroup {self.gang}): the scheduler cannot place {pods} "
+                    f"at once, so none starts: {self.gang_message}")
+        if self.gang_status == "placed":
+            return f"was placed as a gang (PodGroup {self.gang}): {pods} at once"
+        return (f"waits as a gang (PodGroup {self.gang}): no pod starts until {pods} fit at "
+                f"once: {self.gang_message}")
 
     @property
     def phase(self) -> str:
@@ -161,6 +184,9 @@ class JobState:
                        "message": self.queue_message} if self.queue_status else None),
             "code": self.code or None, "maxRestarts": self.max_restarts,
             "restartMode": self.restart_mode or None,
+            "gang": ({"podGroup": self.gang, "minCount": self.gang_min,
+                      "status": self.gang_status or None, "message": self.gang_message or None}
+                     if self.gang else None),
             "procsPerNode": self.procs_per_node,
             "ranks": [dict(self.ranks[r].to_dict(), phase=self.rank_phase(self.ranks[r]))
                       for r in sorted(self.ranks)],

@@ -17,12 +17,15 @@ from kdist.kube.objects import (
     CONFIG_ERROR_REASONS,
     DELETED,
     FAILED,
+    GANG_ECHO,
     IMAGE_PULL_REASONS,
     RESTARTED_IN_PLACE,
     SUCCEEDED,
     PodView,
     checked_job_nodes,
     count,
+    gang_of,
+    gang_state,
     job_kind_backend,
     job_max_steps,
     parse_record,
@@ -78,6 +81,9 @@ class Tracker:
         if source == "queue":
             items = payload if kind == "relist" else ([] if kind == "DELETED" else [payload])
             return self.queue_event(items[-1]) if items else []
+        if source == "gang":
+            items = payload if kind == "relist" else ([] if kind == "DELETED" else [payload])
+            return self.gang_event(items[-1]) if items else []
         if source == "logs" and kind == "log":
             self.log_line(*payload)
         return []
@@ -95,6 +101,15 @@ class Tracker:
                                                   f"LocalQueue {queue}: {message}")
         return self._warn(("queue", message), f"job {s.name} queued in LocalQueue {queue}: "
                                               f"{message}")
+
+    def gang_event(self, podgroup: dict[str, Any]) -> list[str]:
+        """The job's PodGroup (a native gang): placed, or what holds its pods back."""
+        s = self.state
+        s.gang = escape((podgroup.get("metadata") or {}).get("name") or s.gang)
+        s.gang_status, s.gang_min, s.gang_message = gang_state(podgroup)
+        if s.gang_status != "unschedulable" or s.outcome:
+            return []
+        return self._warn(("gang", s.gang_message), f"job {s.name} {s.gang_words()}")
 
     # -- job ------------------------------------------------------------------------------
 
@@ -116,6 +131,7 @@ class Tracker:
         m = template_env(obj, E.MAX_RESTARTS)
         s.max_restarts = count(m) if m.isascii() and m.isdigit() else None
         s.restart_mode = restart_mode_of(obj)
+        s.gang = escape(gang_of(obj)) or s.gang
         self._saved_ledger = parse_ledger((meta.get("annotations") or {}).get(LEDGER))
         if self._saved_ledger is not None and self.ledger.adopt(self._saved_ledger):
             self._adopted = self.ledger.version
@@ -235,7 +251,10 @@ class Tracker:
         sched = conditions.get("PodScheduled") or {}
         if sched.get("status") == "False" and sched.get("reason") == "Unschedulable":
             msg = sched.get("message", "")
-            out += self._warn(("sched", msg), f"FailedScheduling: {who}: {msg}")
+            # A gang's other pods only echo that it is incomplete ("minCount (2) cannot be
+            # satisfied: ..."): the pod that does not fit says why, the PodGroup the rest.
+            if not msg.startswith(GANG_ECHO):
+                out += self._warn(("sched", msg), f"FailedScheduling: {who}: {msg}")
         # A node that stopped reporting: the node controller marks its pods not Ready
         # while their containers' last known state is still running.
         ready, cready = conditions.get("Ready") or {}, conditions.get("ContainersReady") or {}
@@ -398,3 +417,4 @@ class Tracker:
                 r.step = record["step"]
         if isinstance(record.get("world_size"), int):
             r.world_size = record["world_size"]
+

@@ -27,6 +27,11 @@ RULES: list[dict[str, Any]] = [
      "verbs": ["create", "list", "watch", "delete"]},
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
+    # A native gang (distributed.gang): its PodGroup, created with the job and owned by it
+    # (get: a create left unanswered is read back; delete: a failed submission is undone);
+    # its state while the pods wait (only where scheduling.k8s.io/v1beta1 is served).
+    {"apiGroups": ["scheduling.k8s.io"], "resources": ["podgroups"],
+     "verbs": ["create", "get", "list", "watch", "delete"]},
     # A queued job's state while it waits: Kueue's Workload (only where Kueue runs).
     {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"],
      "verbs": ["get", "list", "watch"]},

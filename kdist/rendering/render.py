@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import jinja2
 import yaml
 
-from kdist.rendering import overlay, podspec, restarts
+from kdist.rendering import gang, overlay, podspec, restarts
 from kdist.rendering.contract import env_contract, field_env, launch_argv, master_service_addr
 from kdist.rendering.labels import object_labels
 from kdist.rendering.template_cache import bytecode_cache
@@ -67,19 +67,22 @@ def with_backend(job: TrainingJob, backend: str | None) -> TrainingJob:
 
 
 def render(job: TrainingJob, code: Packed | None = None,
-           restart_mode: str | None = None) -> list[dict[str, Any]]:
+           restart_mode: str | None = None, gang_mode: str | None = None) -> list[dict[str, Any]]:
     """Every Kubernetes object for `job`, in creation order. Pure and deterministic.
 
     `code` is the packed workdir (``kdist.rendering.workdir.pack``; reading the tree
     is the caller's, once per command): its ConfigMaps come last, so that the
     submitter makes them owned by the training object, the first. `restart_mode`
     ("inPlace" or "recreate") is what the submitter resolved for
-    ``distributed.restartMode: auto``; None: ``restarts.resolve(job)``.
+    ``distributed.restartMode: auto``; None: ``restarts.resolve(job)``. `gang_mode`
+    ("native" or "none") likewise for ``distributed.gang``; None: ``gang.resolve(job)``.
+    A native gang's PodGroup comes last (owned by the training object too).
     """
     mode = restart_mode or restarts.resolve(job)
     configmaps = _code_configmaps(job, code)
     ctx = _context(job, code, configmaps)
     restarts.apply(job, mode, ctx)
+    podgroups = gang.apply(job, gang_mode or gang.resolve(job), ctx)
     if job.spec.backend == "pytorchjob":
         names = ["pytorchjob.yaml.j2"]
     else:
@@ -88,7 +91,7 @@ def render(job: TrainingJob, code: Packed | None = None,
     _check(job, objects, ctx)
     _check_code(job, objects, configmaps)
     _apply_overlay(job, objects[0])
-    return objects + configmaps
+    return objects + configmaps + podgroups
 
 
 def _apply_overlay(job: TrainingJob, obj: dict[str, Any]) -> None:
@@ -135,6 +138,7 @@ def _context(job: TrainingJob, code: Packed | None = None,
         "subdomain": name if indexed else "",
         "restart_policy": "Never",
         "restart_rule": None,  # restarts in place: kdist.rendering.restarts
+        "scheduling_group": None,  # a native gang's PodGroup: kdist.rendering.gang
         "uid": RUN_AS_UID,
         "node_selector": dict(s.scheduling.node_selector),
         "tolerations": [

@@ -245,6 +245,24 @@ def nccl_env(env: dict[str, str]) -> dict[str, str]:
     return env
 
 
+GANG_DOC = (
+    "All pods scheduled at once or none (so two jobs never both half-start): native = a "
+    "Kubernetes PodGroup with minCount = nodes (scheduling.k8s.io/v1beta1, gate "
+    "GenericWorkload); none = pod by pod; auto = native where the cluster serves PodGroups "
+    "(asked at submit), else none. native needs backend indexed-job and no scheduling.queue "
+    "(Kueue admits a queued job whole already).")
+
+
+def native_gang(gang: str, backend: str, queue: str) -> None:
+    """distributed.gang native only where kdist can render one (kdist.rendering.gang)."""
+    if gang == "native" and backend != "indexed-job":
+        raise ValueError("distributed.gang native needs backend indexed-job (the training "
+                         "operator's PyTorchJob drops a pod's schedulingGroup); use auto or none")
+    if gang == "native" and queue:
+        raise ValueError("distributed.gang native with scheduling.queue: Kueue admits the "
+                         "queued job's pods all at once already; use auto or none")
+
+
 def mount_free(path: str, others: list[str], what: str) -> None:
     """Refuse a second volume at `path` (the API server refuses duplicate mount paths)."""
     norm = path.rstrip("/") or "/"

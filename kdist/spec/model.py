@@ -118,6 +118,7 @@ class Distributed(_Model):
         default=True, description="Where the gang restarts in place: a worker killed, hung or "
         "cut off from a peer, while every pod is still there, is restarted by the launchers "
         "themselves across the gang (no container restarted); false = the containers restart.")
+    gang: Literal["auto", "native", "none"] = Field(default="auto", description=C.GANG_DOC)
     rendezvous_timeout_seconds: Annotated[StrictInt, Field(ge=1, le=86400)] = Field(
         default=300, description="How long a node waits for the others to arrive (also after a "
         "restart) before the job fails.")
@@ -392,6 +393,7 @@ class JobSpec(_Model):
             raise ValueError("distributed.restartMode inPlace needs backend indexed-job (the "
                              "training operator recreates a PyTorchJob's pods); use auto or "
                              "recreate")
+        C.native_gang(self.distributed.gang, self.backend, self.scheduling.queue)
         if self.checkpoint is not None:
             C.mount_free(self.checkpoint.path, [v.mount_path for v in self.pod.volumes],
                          "spec.checkpoint.path")

@@ -56,7 +56,8 @@ PATCH = "$patch"
 _DECIMAL = re.compile(r"-?(0|[1-9][0-9]*)")
 # Set by kdist from the spec; the overlay must leave them alone (what to use instead).
 _PROTECTED_POD = {"restartPolicy": "the backend decides it",
-                  "subdomain": "the rendezvous DNS name depends on it"}
+                  "subdomain": "the rendezvous DNS name depends on it",
+                  "schedulingGroup": "use spec.distributed.gang"}
 _PROTECTED_CONTAINER = {"name": "kdist's container is `pytorch`",
                         "command": "it is kdist's launcher; use spec.workload",
                         "args": "use spec.workload.args",

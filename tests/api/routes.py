@@ -24,6 +24,7 @@ RESOURCES: dict[str, tuple[str, str]] = {
     "events": ("v1", "Event"),
     "jobsets": ("jobset.x-k8s.io/v1alpha2", "JobSet"),
     "localqueues": ("kueue.x-k8s.io/v1beta2", "LocalQueue"),
+    "podgroups": ("scheduling.k8s.io/v1beta1", "PodGroup"),
 }
 # Reviews: created, answered, never stored (cluster-scoped, so no namespace in the URL).
 REVIEWS: dict[str, tuple[str, str]] = {

@@ -22,6 +22,8 @@ PODS = f"/api/v1{NS}/pods"
 SLICES = f"/apis/discovery.k8s.io/v1{NS}/endpointslices"
 CONFIGMAPS = f"/api/v1{NS}/configmaps"
 KUBEFLOW = "/apis/kubeflow.org/v1"  # discovery: is the training operator there?
+# discovery before a submission: does the cluster serve PodGroups (distributed.gang auto)?
+GANG = ("GET", "/apis/scheduling.k8s.io/v1beta1")
 
 
 def running_job(api: FakeApi, name: str = "old") -> dict[str, Any]:
@@ -150,11 +152,12 @@ def test_logs_follow_a_finished_job_to_its_end(api, kdist):
 def test_submit_no_wait_creates_job_then_service_owned_by_it(api, kdist, spec):
     out = kdist("submit", "--no-wait", str(spec))
     assert out.code == 0, out.describe()
-    assert_calls(out, [("POST", JOBS), ("POST", SVCS)])
-    assert all(r.query.get("fieldManager") == "kdist" for r in out.requests), out.describe()
+    assert_calls(out, [GANG, ("POST", JOBS), ("POST", SVCS)])
+    assert all(r.query.get("fieldManager") == "kdist" for r in out.requests
+               if r.method == "POST"), out.describe()
     job = api.store.get_stored("jobs", "demo")
     assert job is not None and api.store.get_stored("services", "demo") is not None
-    owners = out.requests[1].body["metadata"]["ownerReferences"]
+    owners = out.requests[2].body["metadata"]["ownerReferences"]
     assert owners == [{"apiVersion": "batch/v1", "kind": "Job", "name": "demo",
                        "uid": job["metadata"]["uid"], "blockOwnerDeletion": True}], owners
     assert "job.batch/demo created in namespace default" in out.stdout
@@ -164,8 +167,9 @@ def test_submit_no_wait_creates_job_then_service_owned_by_it(api, kdist, spec):
 def test_submit_dry_run_server_persists_nothing(api, kdist, spec):
     out = kdist("submit", "--dry-run=server", str(spec))
     assert out.code == 0, out.describe()
-    assert_calls(out, [("POST", JOBS), ("POST", SVCS)])
-    assert all(r.query.get("dryRun") == "All" for r in out.requests), out.describe()
+    assert_calls(out, [GANG, ("POST", JOBS), ("POST", SVCS)])
+    assert all(r.query.get("dryRun") == "All" for r in out.requests
+               if r.method == "POST"), out.describe()
     assert api.store.names("jobs") == [] and api.store.names("services") == []
     assert "nothing persisted" in out.stdout
 
@@ -174,7 +178,7 @@ def test_submit_replace_deletes_waits_then_creates(api, kdist, spec):
     old = running_job(api, "demo")
     out = kdist("submit", "--replace", "--no-wait", str(spec))
     assert out.code == 0, out.describe()
-    assert_calls(out, delete_calls("demo") + [("POST", JOBS), ("POST", SVCS)])
+    assert_calls(out, delete_calls("demo") + [GANG, ("POST", JOBS), ("POST", SVCS)])
     assert {JOBS, PODS, SVCS} <= watched(out), out.describe()
     new = api.store.get_stored("jobs", "demo")
     assert new is not None and new["metadata"]["uid"] != old["metadata"]["uid"]
@@ -185,7 +189,7 @@ def test_submit_replace_of_a_job_that_is_not_there(api, kdist, spec):
     out = kdist("submit", "--replace", "--no-wait", str(spec))
     assert out.code == 0, out.describe()
     assert_calls(out, delete_calls("demo", job=None, service=False, wait=False)
-                 + [("POST", JOBS), ("POST", SVCS)])
+                 + [GANG, ("POST", JOBS), ("POST", SVCS)])
 
 
 def _finish(api: FakeApi, job: dict[str, Any], exit_codes: tuple[int, ...]) -> None:
@@ -205,7 +209,7 @@ def test_submit_waits_for_success(api, kdist, spec):
     out = kdist("submit", "--timeout", "10", str(spec))
     assert out.code == 0, out.describe()
     assert "job demo succeeded" in out.stdout, out.describe()
-    assert out.calls[:2] == [("POST", JOBS), ("POST", SVCS)], out.describe()
+    assert out.calls[:3] == [GANG, ("POST", JOBS), ("POST", SVCS)], out.describe()
     assert {JOBS, PODS} <= watched(out), out.describe()
 
 

@@ -347,11 +347,12 @@ def half_a_node_and_more(kube: Kube) -> str:
 @pytest.mark.exclusive  # its pod asks for more than half the node, on purpose
 def test_a_rank_whose_peer_never_arrives_fails_with_a_rendezvous_timeout(
         kube, namespace, kdist, job_file):
-    """Two pods that cannot both fit on the node: the one that runs gives up after
+    """Two pods that cannot both fit on the node, scheduled pod by pod (gang none; a
+    native gang would start neither): the one that runs gives up after
     spec.distributed.rendezvousTimeoutSeconds with a clear message, not a hang."""
     path = job_file("lonely", args=["--max-steps", "5"],
                     resources={"cpu": half_a_node_and_more(kube), "memory": "1Gi"},
-                    distributed={"backend": "gloo", "maxRestarts": 2,
+                    distributed={"backend": "gloo", "maxRestarts": 2, "gang": "none",
                                  "rendezvousTimeoutSeconds": 20})
     started = time.monotonic()
     sub = kdist("submit", path, "--timeout", "200")
