@@ -148,6 +148,11 @@ def _join(plan: LaunchPlan, deadline: float, clock: Callable[[], float],
             time.sleep(min(0.2, max(0.0, deadline - clock())))
             continue
         try:
+            if client.check([BARRIER]):  # node 0's workers are done: no gang to join
+                client.add(FAILED, 1)
+                client.add(DONE, 1)  # node 0 exits PEER_LOST, not 0: the gang restarts
+                raise _failed(plan, "node 0's workers already finished (its exit barrier "
+                                    "answered); told it this node's failed")
             client.set(f"{COUNT}{plan.node_rank}", str(count).encode())
             # Node 0's workers may still run (another node's failed): its watchdog, which
             # reads rank 0's store, stops them; node 0 then leads this rendezvous.

@@ -248,3 +248,43 @@ def test_a_failed_node_tells_node_0s_barrier_not_to_wait_for_it():
 def test_a_node_whose_master_is_gone_does_not_wait_at_exit():
     p = _nodes(2, free_port())[1]  # nobody listens there
     assert R.ExitBarrier(p, None).wait(10.0) == "node 0 is gone"
+
+
+def test_a_node_joining_a_gang_whose_node_0_finished_fails_and_says_so():
+    """Restarting in process (or a replaced pod) after node 0's workers succeeded: node 0
+    answers only its exit barrier. The node does not wait for a gang that is gone: it
+    tells the barrier it failed (node 0 then exits lost-peer, not 0) and fails at once."""
+    port = free_port()
+    plans = _nodes(2, port)
+    listener = R.bind(plans[0])
+    lead = R.ExitBarrier(plans[0], listener)
+    lead.serve()
+    started = time.monotonic()
+    try:
+        with pytest.raises(R.RendezvousError, match="node 0's workers already finished"):
+            R.gather(plans[1], None, started, 1)
+        assert time.monotonic() - started < 5
+        assert lead.wait(5.0) == "1 other node(s) reported failed workers"
+        assert lead.peer_failed
+    finally:
+        lead.stop()
+        listener.close()
+
+
+def test_the_gang_goes_on_from_the_highest_restart_count_any_node_brought():
+    port = free_port()
+    plans = _nodes(3, port)
+    listener = R.bind(plans[0])
+    agreed: dict[int, int] = {}
+
+    def node(i: int, count: int) -> None:
+        agreed[i] = R.gather(plans[i], listener if i == 0 else None, time.monotonic(),
+                             count)[1]
+
+    threads = [threading.Thread(target=node, args=(i, c)) for i, c in ((0, 1), (1, 2), (2, 0))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    listener.close()
+    assert agreed == {0: 2, 1: 2, 2: 2}
