@@ -176,8 +176,9 @@ def _watch(workers: list[W.Worker], barrier: ExitBarrier) -> list[W.Worker]:
     """Until every worker ended, or one failed (then the rest are stopped); the failed."""
     while True:
         states = [w.poll() for w in workers]
-        if any(w.rank == 0 and code is not None for w, code in zip(workers, states, strict=True)):
-            barrier.serve()  # rank 0's store is gone: node 0's launcher answers now
+        rank0 = [code for w, code in zip(workers, states, strict=True) if w.rank == 0]
+        if rank0 and rank0[0] is not None:  # rank 0's store is gone: node 0's launcher answers
+            barrier.serve(finished=rank0[0] == 0)
         if any(code not in (None, 0) for code in states):
             W.stop(workers, signal.SIGTERM, STOP_GRACE_S)
             return [w for w in workers if w.exitcode]

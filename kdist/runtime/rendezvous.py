@@ -180,11 +180,14 @@ class ExitBarrier:
         self.server: MiniStore | None = None
         self.peer_failed = False  # node 0: another node reported failed workers
 
-    def serve(self) -> None:
-        """Node 0, once rank 0's worker exited: answer the others on the master port."""
+    def serve(self, finished: bool = True) -> None:
+        """Node 0, once rank 0's worker exited: answer the others on the master port (their
+        watchdogs must not read node 0 as lost). ``finished``: it succeeded, so the
+        barrier is open; a failed one's node is about to fail or restart, not wait."""
         if self.listener is not None and self.server is None and self.plan.nnodes > 1:
             self.server = MiniStore(self.listener).start()
-            self.server.set(BARRIER, b"1")
+            if finished:
+                self.server.set(BARRIER, b"1")
 
     def stop(self) -> None:
         if self.server is not None:
