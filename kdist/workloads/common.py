@@ -118,6 +118,9 @@ def _agent_store(timeout: timedelta) -> dist.Store | None:
     store = dist.TCPStore(
         os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
         is_master=False, timeout=timeout,
+        # torch's own switch, which only its env:// rendezvous reads by itself: a torch
+        # built without libuv (Debian's) refuses even a client asking for it.
+        use_libuv=os.environ.get("USE_LIBUV", "1") == "1",
     )
     run_id = os.environ.get("TORCHELASTIC_RUN_ID", "kdist")
     return dist.PrefixStore(f"kdist/{run_id}/", store)

@@ -245,6 +245,26 @@ SHOW_STORE = textwrap.dedent("""
 """)
 
 
+SHOW_CLIENT = textwrap.dedent("""
+    from datetime import timedelta
+    from kdist.workloads.common import _agent_store
+    store = _agent_store(timedelta(seconds=30))
+    print("client libuv", store.underlying_store.libuvBackend, flush=True)
+""")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(("use_libuv", "backend"), [(None, True), ("0", False)])
+def test_kdists_workloads_join_the_store_as_torchs_use_libuv_switch_says(use_libuv, backend):
+    """kdist's own workloads open the job's store as a client themselves, and torch's
+    TCPStore ignores USE_LIBUV: a torch without libuv refused them until they read it."""
+    extra = {} if use_libuv is None else {"USE_LIBUV": use_libuv}
+    run = run_job(["--", "python", "-c", SHOW_CLIENT], nodes=2, **extra)
+    assert run.code == 0, run.text
+    assert sorted(line for line in run.lines if "libuv" in line) == \
+        [f"[rank 0] client libuv {backend}", f"[rank 1] client libuv {backend}"], run.text
+
+
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize(("use_libuv", "backend"), [(None, True), ("0", False)])
 def test_the_served_store_follows_torchs_use_libuv_switch(use_libuv, backend):
