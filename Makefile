@@ -12,7 +12,7 @@ STAMP := .install.stamp
 CLI_STAMP := .install-cli.stamp
 
 .DEFAULT_GOAL := help
-.PHONY: help install install-cli demo test unit lint manifests docs golden e2e image cluster-build cluster-up cluster-down kind-up kind-down kind-image e2e-kind bench clean
+.PHONY: help install install-cli demo test unit lint manifests docs golden e2e image cluster-build cluster-up cluster-down kind-up kind-down e2e-kind bench clean
 
 help: ## List every target with one line
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | \
@@ -95,16 +95,13 @@ KIND_STATE := $(CURDIR)/.cluster-kind
 # What needs two nodes: pods of one job on both, the node-loss drills.
 E2E_KIND_TESTS ?= tests/e2e/test_node_loss.py
 
-kind-up: ## Bring up (or reuse) the offline 2-node kind cluster; writes .cluster-kind/kubeconfig
+kind-up: ## Bring up (or reuse) the offline 2-node kind cluster with its training image (Debian's torch); writes .cluster-kind/kubeconfig
 	bash tests/cluster/kind/up.sh
 
 kind-down: ## Delete the kind cluster, its network and its dockerd
 	bash tests/cluster/kind/down.sh
 
-kind-image: install ## Build the CPU training image into Docker only (what kind-up loads into its nodes)
-	bash tests/cluster/image.sh --docker-only
-
-e2e-kind: install kind-image kind-up ## kind-image + kind-up + E2E_KIND_TESTS (default: the 2-node tests) on 2-node kind
+e2e-kind: install kind-up ## kind-up + E2E_KIND_TESTS (default: the 2-node tests) on 2-node kind
 	KUBECONFIG=$(KIND_STATE)/kubeconfig KDIST_CLUSTER_LOGS=$(KIND_STATE)/logs \
 	KDIST_KIND_DOCKER_HOST=unix://$(KIND_STATE)/run/docker.sock \
 	KDIST_E2E_SHARED_DIR=$(KIND_STATE)/shared TMPDIR=$(KIND_STATE)/shared \

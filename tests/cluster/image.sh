@@ -3,6 +3,8 @@
 # loads it into the test cluster's containerd. No registry is involved: the
 # base is a local debootstrap of Debian bookworm (cached), the wheels come
 # from $KDIST_CACHE/wheels (downloaded once), Docker runs locally.
+# --forky builds the kind nodes' image instead (Debian forky's own CPU torch,
+# see main below) into the Docker at $KDIST_IMAGE_DOCKER_SOCK.
 # Cached by content: when the image in containerd already carries the hash of
 # its inputs (image/, kdist/, pyproject.toml, this script, versions.env),
 # nothing is done. Needs the cluster up (up.sh).
@@ -17,7 +19,13 @@ HASH_LABEL=kdist.content-hash
 DOCKER=/usr/bin/docker   # the CLI that ships with the daemon (docker.io 20.10)
 WHEELS=$CACHE/wheels
 BUILD=$STATE/image-build
+SUITE=bookworm
 BASE_PACKAGES=python3,python3-venv,python3-pip,ca-certificates
+# The kdist wheel's extras and the wheels beside it: PyPI's torch (pinned) and numpy.
+KDIST_EXTRAS=train
+PIP_TARGET=()
+FLAVOUR=pypi
+KEEP_BUILD_CACHE=10GB
 DOCKERFILE=${KDIST_DOCKERFILE:-$REPO/image/Dockerfile}
 
 docker_() { "$DOCKER" --host "unix://$DOCKER_SOCK" "$@"; }
@@ -30,7 +38,7 @@ content_hash() {
     find image kdist pyproject.toml README.md "$DOCKERFILE" \
       tests/cluster/image.sh tests/cluster/versions.env -type f \
       ! -name '*.pyc' ! -path '*/__pycache__/*' 2>/dev/null | LC_ALL=C sort -u | xargs sha256sum || true
-    echo "$BASE_PACKAGES"
+    echo "$FLAVOUR $SUITE $BASE_PACKAGES"
   ) | sha256sum | cut -c1-16
 }
 
@@ -59,6 +67,7 @@ prune_stale_ids() {
 
 start_dockerd() {
   docker_ info >/dev/null 2>&1 && return 0
+  [[ $FLAVOUR == pypi ]] || die "no Docker answers at $DOCKER_SOCK (--forky builds into kind's: run tests/cluster/kind/up.sh)"
   daemon_alive dockerd || {
     log "starting dockerd (data in $DOCKER_ROOT)"
     mkdir -p "$DOCKER_ROOT" "$STATE/docker"
@@ -74,21 +83,24 @@ start_dockerd() {
   wait_for "dockerd" 60 dockerd docker_ info
 }
 
-# A Debian bookworm rootfs with python3.11, `docker import`ed once; the
+# A Debian rootfs ($SUITE) with its python3, `docker import`ed once; the
 # rootfs tarball is cached so a fresh Docker data root imports it again
 # without a new debootstrap.
 ensure_base() {
-  local key; key=$(printf '%s\n' bookworm minbase "$BASE_PACKAGES" | sha256sum | cut -c1-12)
-  BASE_IMAGE=kdist-base:bookworm-$key
+  local key; key=$(printf '%s\n' "$SUITE" minbase "$BASE_PACKAGES" | sha256sum | cut -c1-12)
+  BASE_IMAGE=kdist-base:$SUITE-$key
   docker_ image inspect "$BASE_IMAGE" >/dev/null 2>&1 && return 0
   local tarball=$CACHE/base/$BASE_IMAGE.tar
   tarball=${tarball/:/-}
   if [[ ! -f $tarball ]]; then
-    log "debootstrapping Debian bookworm into a base rootfs (log: $LOGS/debootstrap.log)"
+    log "debootstrapping Debian $SUITE into a base rootfs (log: $LOGS/debootstrap.log)"
     local root=$BUILD/rootfs
     rm -rf "$root"; mkdir -p "$root" "$CACHE/base"
-    debootstrap --variant=minbase --include="$BASE_PACKAGES" bookworm "$root" \
-      http://deb.debian.org/debian >>"$LOGS/debootstrap.log" 2>&1 ||
+    # This machine's debootstrap (bookworm's) has no script named forky: a
+    # testing suite bootstraps as sid does.
+    local script=(); [[ -e /usr/share/debootstrap/scripts/$SUITE ]] || script=(/usr/share/debootstrap/scripts/sid)
+    debootstrap --variant=minbase --include="$BASE_PACKAGES" "$SUITE" "$root" \
+      http://deb.debian.org/debian "${script[@]}" >>"$LOGS/debootstrap.log" 2>&1 ||
       { tail -20 "$LOGS/debootstrap.log"; die "debootstrap failed"; }
     rm -rf "$root"/var/lib/apt/lists/* "$root"/var/cache/apt/* "$root"/var/log/* \
       "$root"/usr/share/doc/* "$root"/usr/share/man/* "$root"/usr/share/info/*
@@ -117,9 +129,10 @@ collect_wheels() {
     die "building the kdist wheel failed; see $LOGS/image-pip.log"
   local whl; whl=$(ls "$kdist_dir"/kdist-*.whl)
   local reqs=("$whl[train]" "torch==$TORCH_VERSION" numpy)
+  [[ $FLAVOUR == pypi ]] || reqs=("$whl")   # torch and numpy are the base's, Debian's
   if ! resolve_offline "${reqs[@]}"; then
     log "downloading missing wheels into $WHEELS"
-    pip download --quiet -d "$WHEELS" --only-binary=:all: "${reqs[@]}" >>"$LOGS/image-pip.log" 2>&1 ||
+    pip download --quiet -d "$WHEELS" --only-binary=:all: "${PIP_TARGET[@]}" "${reqs[@]}" >>"$LOGS/image-pip.log" 2>&1 ||
       die "pip download failed; see $LOGS/image-pip.log"
     resolve_offline "${reqs[@]}" || die "wheels still unresolved; see $LOGS/image-pip.log"
   fi
@@ -139,8 +152,9 @@ collect_wheels() {
 }
 
 resolve_offline() {
+  local target=(); ((${#PIP_TARGET[@]})) && target=(--only-binary=:all: "${PIP_TARGET[@]}" --target "$BUILD/target")
   pip install --quiet --dry-run --ignore-installed --no-index --find-links "$WHEELS" \
-    --report "$BUILD/report.json" "$@" >>"$LOGS/image-pip.log" 2>&1 || return 1
+    "${target[@]}" --report "$BUILD/report.json" "$@" >>"$LOGS/image-pip.log" 2>&1 || return 1
   python3 - "$BUILD/report.json" > "$BUILD/wheels.txt" <<'PY'
 import json, sys, urllib.parse, urllib.request
 for item in json.load(open(sys.argv[1]))["install"]:
@@ -158,10 +172,14 @@ build_and_load() {
   # RUN --mount (wheels bind-mounted, not copied into a layer) needs BuildKit.
   grep -q -- '--mount' "$DOCKERFILE" && buildkit=1
   DOCKER_BUILDKIT=$buildkit docker_ build --network host --build-arg "BASE_IMAGE=$BASE_IMAGE" \
+    --build-arg "KDIST_EXTRAS=$KDIST_EXTRAS" "${BUILD_ARGS[@]}" \
     --label "$HASH_LABEL=$hash" -t "$IMAGE" -f "$DOCKERFILE" "$ctx" >>"$LOGS/image-build.log" 2>&1 ||
     { tail -30 "$LOGS/image-build.log"; die "docker build failed"; }
   local size; size=$(docker_ image inspect -f '{{.Size}}' "$IMAGE")
   log "built in $((SECONDS - t0))s; image size $((size / 1024 / 1024)) MiB"
+  # Old builds' layers: keep Docker's cache to about one image's worth.
+  docker_ image prune -f >/dev/null 2>&1 || true
+  docker_ builder prune -f --keep-storage "$KEEP_BUILD_CACHE" >/dev/null 2>&1 || true
   [[ $DOCKER_ONLY == 1 ]] && { rm -rf "$ctx" "$BUILD/kdist-wheel" "$BUILD/src"; return 0; }
   t0=$SECONDS
   if [[ $(docker_ image inspect -f '{{.Id}}' "$IMAGE") == "$(image_id)" ]]; then
@@ -180,9 +198,6 @@ build_and_load() {
   fi
   ctr_ images label "$IMAGE_REF" "$HASH_LABEL=$hash" >/dev/null
   prune_stale_ids
-  # Old builds' layers: keep Docker's cache to about one image's worth.
-  docker_ image prune -f >/dev/null 2>&1 || true
-  docker_ builder prune -f --keep-storage 10GB >/dev/null 2>&1 || true
   rm -rf "$ctx" "$BUILD/kdist-wheel" "$BUILD/src"
 }
 
@@ -200,14 +215,32 @@ docker_hash() {
   docker_ image inspect -f "{{index .Config.Labels \"$HASH_LABEL\"}}" "$IMAGE" 2>/dev/null || true
 }
 
+# The kind nodes' image: Debian forky's own torch (2.14, CPU-only, Python
+# 3.14) is 1.4 GB where PyPI's CUDA build makes 5.7 GB, so two nodes' copies
+# fit the disk beside the single-node cluster. Its torch has no libuv
+# (USE_LIBUV=0: torch's classic TCPStore), and only kdist's own pure-Python
+# dependencies come as wheels, cp314 ones, in a cache of their own.
+forky() {
+  FLAVOUR=forky SUITE=forky DOCKER_ONLY=1 KDIST_EXTRAS= KEEP_BUILD_CACHE=2GB
+  BASE_PACKAGES+=,python3-torch,python3-numpy
+  BUILD_ARGS=(--build-arg USE_LIBUV=0)
+  WHEELS=$CACHE/wheels-forky
+  PIP_TARGET=(--python-version 3.14 --implementation cp --platform manylinux_2_28_x86_64
+    --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any)
+  DOCKER_SOCK=${KDIST_IMAGE_DOCKER_SOCK:?--forky builds into the Docker at KDIST_IMAGE_DOCKER_SOCK}
+  BUILD=$STATE/image-build-forky
+}
+
 DOCKER_ONLY=0
+BUILD_ARGS=()
 main() {
   require_root
   case ${1:-} in
     --unload) unload; return ;;
     --docker-only) DOCKER_ONLY=1 ;;   # build into Docker only: no single-node cluster needed
+    --forky) forky ;;
     "") ;;
-    *) die "usage: image.sh [--docker-only | --unload]" ;;
+    *) die "usage: image.sh [--docker-only | --forky | --unload]" ;;
   esac
   take_lock
   [[ $DOCKER_ONLY == 1 ]] || daemon_alive containerd || die "the test cluster is not up: run tests/cluster/up.sh first"

@@ -18,15 +18,10 @@ esac
 
 remove_cluster() {
   dockerd_up || return 0
-  if [[ -x $KIND_BIN ]] && kind_ get clusters 2>/dev/null | grep -qx "$CLUSTER_NAME"; then
-    log "deleting kind cluster $CLUSTER_NAME"
-    kind_ delete cluster --name "$CLUSTER_NAME" >>"$LOGS/kind-delete.log" 2>&1 ||
-      log "kind delete cluster failed; see $LOGS/kind-delete.log"
-  fi
-  # Anything left of ours (a build container, a node kind lost track of).
+  delete_kind_cluster
+  # Anything else left of ours (a build container).
   local c
-  for c in $(docker_ ps -aq --filter "label=io.x-k8s.kind.cluster=$CLUSTER_NAME") \
-           $(docker_ ps -aq --filter "name=^kdist-kind-build-"); do
+  for c in $(docker_ ps -aq --filter "name=^kdist-kind-build-"); do
     docker_ rm -f -v "$c" >/dev/null 2>&1 || true
   done
   if docker_ network inspect "$NODE_NET_NAME" >/dev/null 2>&1; then

@@ -46,9 +46,10 @@ ISOLATION_TABLE=17230
 ISOLATION_PRIORITY=17230
 
 TRAIN_IMAGE=kdist-train:dev-cpu
-# Where the training image is taken from: the single-node harness's dockerd
-# (tests/cluster/image.sh builds it there), read only.
-IMAGE_SOURCE_SOCK=${KDIST_KIND_IMAGE_SOURCE:-$REPO/.cluster/run/docker.sock}
+# Where the training image is taken from: kind's own dockerd, where up.sh
+# builds the small Debian-torch image (../image.sh --forky); or another Docker
+# that has one under this name (the single-node harness's, read only).
+IMAGE_SOURCE_SOCK=${KDIST_KIND_IMAGE_SOURCE:-$DOCKER_SOCK}
 
 LOG_TAG=${LOG_TAG:-kind}
 
@@ -64,3 +65,16 @@ node_exec() { local node=$1; shift; docker_ exec "$node" "$@"; }
 
 # Is the kind cluster's dockerd ours and answering?
 dockerd_up() { daemon_alive dockerd && docker_ info >/dev/null 2>&1; }
+
+# Deletes the kind cluster and anything else labelled with its name.
+delete_kind_cluster() {
+  if [[ -x $KIND_BIN ]] && kind_ get clusters 2>/dev/null | grep -qx "$CLUSTER_NAME"; then
+    log "deleting kind cluster $CLUSTER_NAME"
+    kind_ delete cluster --name "$CLUSTER_NAME" >>"$LOGS/kind-delete.log" 2>&1 ||
+      log "kind delete cluster failed; see $LOGS/kind-delete.log"
+  fi
+  local c
+  for c in $(docker_ ps -aq --filter "label=io.x-k8s.kind.cluster=$CLUSTER_NAME"); do
+    docker_ rm -f -v "$c" >/dev/null 2>&1 || true
+  done
+}

@@ -137,6 +137,11 @@ build_k8s_extras() {
 start_dockerd() {
   dockerd_up && return 0
   if ! daemon_alive dockerd; then
+    # The data root is shared by checkouts, one dockerd at a time: another
+    # checkout's kind cluster (a CI clone's, say) is running.
+    local other
+    other=$(pgrep -a -f -- "--data-root $DOCKER_ROOT( |\$)" | grep -o -- '--host unix://[^ ]*' | head -1 || true)
+    [[ -z $other ]] || die "another checkout's kind cluster is running (its dockerd: ${other#--host }); stop it with that checkout's tests/cluster/kind/down.sh, or use its .cluster-kind/kubeconfig"
     log "starting kind's dockerd (data in $DOCKER_ROOT)"
     mkdir -p "$DOCKER_ROOT" "$RUN/docker-exec"
     # runc-wrapper drops CAP_SYS_RESOURCE, which this machine cannot grant:
@@ -400,31 +405,71 @@ YAML
 
 node_running() { [[ $(docker_ inspect -f '{{.State.Running}}' "$1" 2>/dev/null) == true ]]; }
 
+# Why the existing cluster cannot be reused (nothing when it can): the Docker
+# data root is shared by checkouts, so the nodes found may be another
+# checkout's, mounting its directories, or an older node image's.
+stale_reason() {
+  local n image mounts
+  for n in "$CONTROL_PLANE" "$WORKER"; do
+    docker_ inspect "$n" >/dev/null 2>&1 || { echo "node $n is gone"; return; }
+  done
+  image=$(docker_ inspect -f '{{.Config.Image}}' "$CONTROL_PLANE")
+  [[ $image == "$NODE_IMAGE" ]] || { echo "it runs $image, not the current $NODE_IMAGE"; return; }
+  mounts=$(docker_ inspect -f '{{range .Mounts}}{{.Source}} {{end}}' "$CONTROL_PLANE" "$WORKER")
+  [[ $(grep -o -- "$SHARED " <<<"$mounts" | wc -l) == 2 ]] ||
+    echo "another checkout made it (its nodes mount ${mounts%% *}, not $SHARED)"
+}
+
 ensure_cluster() {
+  local why
+  if kind_ get clusters 2>/dev/null | grep -qx "$CLUSTER_NAME"; then
+    why=$(stale_reason)
+    [[ -z $why ]] || { log "replacing kind cluster $CLUSTER_NAME: $why"; delete_kind_cluster; }
+  fi
   if kind_ get clusters 2>/dev/null | grep -qx "$CLUSTER_NAME"; then
     local n
     for n in "$CONTROL_PLANE" "$WORKER"; do
-      docker_ inspect "$n" >/dev/null 2>&1 || die "node $n of kind cluster $CLUSTER_NAME is gone: bash $KIND_SRC/down.sh, then up.sh"
       node_running "$n" || { log "starting stopped node $n"; docker_ start "$n" >/dev/null; }
     done
-    local image; image=$(docker_ inspect -f '{{.Config.Image}}' "$CONTROL_PLANE")
-    [[ $image == "$NODE_IMAGE" ]] ||
-      log "WARNING: the cluster runs $image, not the current $NODE_IMAGE (recreate it: down.sh, then up.sh)"
   else
     kind_config > "$ETC/kind.yaml"
     log "creating kind cluster $CLUSTER_NAME (log: $LOGS/kind-create.log)"
     local t0=$SECONDS
-    kind_ create cluster --name "$CLUSTER_NAME" --image "$NODE_IMAGE" --config "$ETC/kind.yaml" \
-      --kubeconfig "$KIND_KUBECONFIG" -v 1 >>"$LOGS/kind-create.log" 2>&1 ||
-      { tail -30 "$LOGS/kind-create.log"; die "kind create cluster failed"; }
+    # --retain: a failed start keeps its nodes, so their logs can be printed.
+    if ! kind_ create cluster --name "$CLUSTER_NAME" --image "$NODE_IMAGE" --config "$ETC/kind.yaml" \
+      --kubeconfig "$KIND_KUBECONFIG" --retain -v 1 >>"$LOGS/kind-create.log" 2>&1; then
+      tail -30 "$LOGS/kind-create.log"
+      node_logs
+      delete_kind_cluster
+      die "kind create cluster failed (the nodes' logs above; kind's: $LOGS/kind-create.log)"
+    fi
     log "kind create cluster took $((SECONDS - t0))s"
   fi
   kind_ get kubeconfig --name "$CLUSTER_NAME" > "$KIND_KUBECONFIG.tmp"
   mv "$KIND_KUBECONFIG.tmp" "$KIND_KUBECONFIG"
-  wait_for "the API server" 120 dockerd kubectl_ get --raw /readyz
+  ( wait_for "the API server" 120 dockerd kubectl_ get --raw /readyz ) ||
+    { node_logs; die "the kind cluster's API server did not answer (the nodes' logs above)"; }
   node_net_credentials
-  wait_for "both nodes Ready" 180 dockerd kubectl_ wait --for=condition=Ready --timeout=5s \
-    node "$CONTROL_PLANE" "$WORKER"
+  ( wait_for "both nodes Ready" 180 dockerd kubectl_ wait --for=condition=Ready --timeout=5s \
+    node "$CONTROL_PLANE" "$WORKER" ) || { node_logs; die "the kind nodes did not become Ready (their logs above)"; }
+}
+
+# What each node's kubelet, containerd and network service last said, and its
+# containers: printed when the cluster does not come up.
+node_logs() {
+  local n
+  for n in "$CONTROL_PLANE" "$WORKER"; do
+    docker_ inspect "$n" >/dev/null 2>&1 || { echo "--- node $n: no container" >&2; continue; }
+    echo "--- node $n ($(docker_ inspect -f '{{.State.Status}}' "$n"))" >&2
+    node_running "$n" || { docker_ logs --tail 30 "$n" >&2 2>&1 || true; continue; }
+    local unit
+    for unit in kubelet containerd kdist-node-net; do
+      echo "--- $n: journalctl -u $unit (last 25 lines)" >&2
+      node_exec "$n" journalctl -u "$unit" --no-pager -n 25 >&2 2>&1 || true
+    done
+    echo "--- $n: crictl ps -a" >&2
+    node_exec "$n" crictl ps -a >&2 2>&1 || true
+  done
 }
 
 # kdist-node-net in each node follows every Node object; a node's own
@@ -588,10 +633,17 @@ node_image_id() {  # node_image_id NODE -> the image ID of kdist-train:dev-cpu t
   node_exec "$1" crictl inspecti -o go-template --template '{{.status.id}}' "$TRAIN_IMAGE" 2>/dev/null || true
 }
 
+# The nodes' training image, built into kind's own Docker: Debian forky's torch
+# (../image.sh --forky), unless KDIST_KIND_IMAGE_SOURCE names another Docker.
+build_train_image() {
+  [[ $IMAGE_SOURCE_SOCK == "$DOCKER_SOCK" ]] || return 0
+  KDIST_IMAGE_DOCKER_SOCK=$DOCKER_SOCK bash "$CLUSTER_SRC/image.sh" --forky
+}
+
 load_train_image() {
   local src=("$DOCKER_CLI" --host "unix://$IMAGE_SOURCE_SOCK") id n missing=()
   if ! id=$("${src[@]}" image inspect -f '{{.Id}}' "$TRAIN_IMAGE" 2>/dev/null); then
-    log "WARNING: no $TRAIN_IMAGE at $IMAGE_SOURCE_SOCK (build it: make image); not loaded"
+    log "WARNING: no $TRAIN_IMAGE at $IMAGE_SOURCE_SOCK; not loaded"
     return 0
   fi
   for n in "$CONTROL_PLANE" "$WORKER"; do [[ $(node_image_id "$n") == "$id" ]] || missing+=("$n"); done
@@ -645,6 +697,7 @@ main() {
   ensure_cluster
   configure_dns
   install_operator
+  build_train_image
   load_train_image
   log "Kubernetes $K8S_VERSION on 2 nodes, feature gates on: $K8S_FEATURE_GATES; runtime-config: $K8S_RUNTIME_CONFIG"
   log "kind cluster ready in $((SECONDS - START))s: KUBECONFIG=$KIND_KUBECONFIG"
