@@ -417,7 +417,7 @@ stale_reason() {
   [[ $image == "$NODE_IMAGE" ]] || { echo "it runs $image, not the current $NODE_IMAGE"; return; }
   mounts=$(docker_ inspect -f '{{range .Mounts}}{{.Source}} {{end}}' "$CONTROL_PLANE" "$WORKER")
   [[ $(grep -o -- "$SHARED " <<<"$mounts" | wc -l) == 2 ]] ||
-    echo "another checkout made it (its nodes mount ${mounts%% *}, not $SHARED)"
+    echo "another checkout made it (its nodes mount $(grep -o -- '[^ ]*/shared ' <<<"$mounts" | head -1)not $SHARED)"
 }
 
 ensure_cluster() {
