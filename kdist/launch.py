@@ -74,7 +74,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from kdist.launch_code import use_shipped_code
-from kdist.runtime import rendezvous, restarts
+from kdist.runtime import rendezvous, restarts, torchcheck
 from kdist.runtime.agent import Said, run, say
 from kdist.runtime.failures import cause as _cause
 from kdist.runtime.failures import pick_failure
@@ -141,6 +141,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     listener = None
     base = starts = 0
     try:
+        torchcheck.check(os.environ)  # before the master port answers: the gang fails at once
         plan = resolve_env(os.environ)
         listener = rendezvous.bind(plan)  # node 0: the master port answers from now on
         in_place = restarts.in_place_dir(os.environ)

@@ -275,3 +275,24 @@ def test_the_served_store_follows_torchs_use_libuv_switch(use_libuv, backend):
     assert run.code == 0, run.text
     assert [line for line in run.lines if "libuv" in line] == \
         [f"[rank 0] libuv {backend}"], run.text
+
+
+@pytest.mark.timeout(60)
+def test_an_unsupported_torch_stops_every_node_before_any_worker_starts(tmp_path):
+    """An image whose torch kdist was never tested on (here a stand-in that says 2.3 and
+    cannot even be imported) fails the job at once: exit 2, a code error, never retried."""
+    stub = tmp_path / "torch"
+    stub.mkdir()
+    (stub / "__init__.py").write_text("raise SystemExit('imported')\n")
+    (stub / "version.py").write_text("__version__ = '2.3.1'\n")
+    run = run_job(["--", "python", "-c", "print('worker started')"], nodes=2,
+                  PYTHONPATH=str(tmp_path))
+    assert run.code == 2, run.text
+    refused = [line for line in run.lines if "torch 2.3 in this image" in line]
+    assert len(refused) == 2, run.text
+    assert "kdist's runtime needs 2.8-2.15" in refused[0]
+    assert not any("worker started" in line or "imported" in line for line in run.lines), run.text
+    # Told to try it anyway, the launcher starts the (torch-free) workers.
+    run = run_job(["--", "python", "-c", "print('worker started')"], nodes=1,
+                  PYTHONPATH=str(tmp_path), KDIST_ANY_TORCH="1")
+    assert run.code == 0 and "worker started" in run.text, run.text
