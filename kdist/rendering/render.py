@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import jinja2
 import yaml
 
-from kdist.rendering import gang, overlay, podspec, restarts
+from kdist.rendering import gang, overlay, podspec, restarts, runtime_ship
 from kdist.rendering.contract import env_contract, field_env, launch_argv, master_service_addr
 from kdist.rendering.labels import object_labels
 from kdist.rendering.template_cache import bytecode_cache
@@ -72,7 +72,8 @@ def render(job: TrainingJob, code: Packed | None = None,
 
     `code` is the packed workdir (``kdist.rendering.workdir.pack``; reading the tree
     is the caller's, once per command): its ConfigMaps come last, so that the
-    submitter makes them owned by the training object, the first. `restart_mode`
+    submitter makes them owned by the training object, the first; so does the shipped
+    runtime's (spec.runtime, ``kdist.rendering.runtime_ship``). `restart_mode`
     ("inPlace" or "recreate") is what the submitter resolved for
     ``distributed.restartMode: auto``; None: ``restarts.resolve(job)``. `gang_mode`
     ("native" or "none") likewise for ``distributed.gang``; None: ``gang.resolve(job)``.
@@ -80,7 +81,8 @@ def render(job: TrainingJob, code: Packed | None = None,
     """
     mode = restart_mode or restarts.resolve(job)
     configmaps = _code_configmaps(job, code)
-    ctx = _context(job, code, configmaps)
+    runtime = runtime_ship.built() if runtime_ship.mode(job) == "shipped" else None
+    ctx = _context(job, code, configmaps, runtime)
     restarts.apply(job, mode, ctx)
     podgroups = gang.apply(job, gang_mode or gang.resolve(job), ctx)
     if job.spec.backend == "pytorchjob":
@@ -91,7 +93,9 @@ def render(job: TrainingJob, code: Packed | None = None,
     _check(job, objects, ctx)
     _check_code(job, objects, configmaps)
     _apply_overlay(job, objects[0])
-    return objects + configmaps + podgroups
+    shipped = [] if runtime is None else [runtime_ship.configmap(
+        job.metadata.name, job.metadata.namespace, runtime, object_labels(job, "runtime"))]
+    return objects + configmaps + shipped + podgroups
 
 
 def _apply_overlay(job: TrainingJob, obj: dict[str, Any]) -> None:
@@ -120,7 +124,8 @@ _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def _context(job: TrainingJob, code: Packed | None = None,
-             configmaps: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+             configmaps: list[dict[str, Any]] | None = None,
+             runtime: runtime_ship.Runtime | None = None) -> dict[str, Any]:
     s, name = job.spec, job.metadata.name
     indexed = s.backend == "indexed-job"
     job_labels = object_labels(job, "training")
@@ -131,6 +136,8 @@ def _context(job: TrainingJob, code: Packed | None = None,
     env = env_contract(job, node_rank=None, master_addr=master)
     if code is not None:
         env[E.CODE_SHA256] = code.sha256
+    if runtime is not None:
+        env[E.RUNTIME_SHA256] = runtime.sha256
     env.update(podspec.gpu_env(job, env))
     env.update(podspec.socket_env(job, env))
     pod = {
@@ -146,7 +153,7 @@ def _context(job: TrainingJob, code: Packed | None = None,
         ],
         "priority_class_name": s.scheduling.priority_class_name,
         "image": s.image,
-        "command": argv[:3],
+        "command": _command(argv, runtime),
         "args": argv[3:],
         "port_name": "rendezvous" if indexed else "pytorchjob-port",
         "port": s.distributed.port,
@@ -154,8 +161,10 @@ def _context(job: TrainingJob, code: Packed | None = None,
         "field_env": field_env(job),  # the node rank and restart counts (Indexed Job)
         "env_from": [e.model_dump(by_alias=True, exclude_none=True) for e in s.env_from],
         "resources": _resources(job),
-        "volume_mounts": _mounts(job) + _code_mounts(configmaps) + podspec.volume_mounts(job),
-        "volumes": _volumes(job) + _code_volumes(configmaps) + podspec.volumes(job),
+        "volume_mounts": _mounts(job) + _code_mounts(configmaps) + _runtime_mounts(runtime)
+        + podspec.volume_mounts(job),
+        "volumes": _volumes(job) + _code_volumes(configmaps) + _runtime_volumes(job, runtime)
+        + podspec.volumes(job),
         **podspec.pod_fields(job),
     }
     workers = s.nodes - 1
@@ -180,6 +189,22 @@ def _context(job: TrainingJob, code: Packed | None = None,
         # whole job has quota (all-or-nothing admission).
         "suspend": bool(s.scheduling.queue),
     }
+
+
+def _command(argv: list[str], runtime: runtime_ship.Runtime | None) -> list[str]:
+    """`python -m kdist.launch` from the image, or the shipped runtime's bootstrap."""
+    return argv[:3] if runtime is None else runtime_ship.boot_command(runtime)
+
+
+def _runtime_mounts(runtime: runtime_ship.Runtime | None) -> list[dict[str, Any]]:
+    return [] if runtime is None else [runtime_ship.mount()]
+
+
+def _runtime_volumes(job: TrainingJob,
+                     runtime: runtime_ship.Runtime | None) -> list[dict[str, Any]]:
+    if runtime is None:
+        return []
+    return [runtime_ship.volume(runtime_ship.configmap_name(job.metadata.name, runtime))]
 
 
 def _resources(job: TrainingJob) -> dict[str, Any]:
@@ -284,7 +309,8 @@ def _check(job: TrainingJob, objects: list[dict[str, Any]], ctx: dict[str, Any])
         if template["metadata"]["labels"] != pod_ctx["labels"]:
             raise RenderError("pod labels differ from what was rendered")
         (container,) = template["spec"]["containers"]
-        if container["command"] + container["args"] != launch_argv(job):
+        if (container["command"] != pod_ctx["command"]
+                or container["args"] != launch_argv(job)[3:]):
             raise RenderError("container command line differs from the spec's workload")
         env = {e["name"]: e.get("value") for e in container["env"]}
         if len(env) != len(container["env"]) or any(

@@ -17,13 +17,14 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
+from kdist.shared import env as E
 from kdist.shared.errors import LaunchError
 
 #: The torch minor releases kdist's runtime is tested on, oldest and newest
 #: (PyPI's 2.15 and Debian's 2.14 in CI; pyproject's ``train`` extra asks >= 2.8).
 SUPPORTED = ((2, 8), (2, 15))
-#: Set to 1 to start the workers on a torch outside SUPPORTED anyway.
-ANY_TORCH = "KDIST_ANY_TORCH"
+#: Set to 1 (spec.env) to start the workers on a torch outside SUPPORTED anyway.
+ANY_TORCH = E.ANY_TORCH
 
 _VERSION_LINE = re.compile(r"""^__version__\s*(?::\s*str\s*)?=\s*['"]([^'"]+)['"]""", re.M)
 _MINOR = re.compile(r"(\d+)\.(\d+)")

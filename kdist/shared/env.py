@@ -62,6 +62,19 @@ DEFAULT_CODE_MOUNT = "/var/run/kdist/code"
 #: Where the launcher unpacks the code in a pod (a writable emptyDir) and runs the workers.
 DEFAULT_CODE_DIR = "/workspace"
 
+# spec.runtime: shipped (kdist.rendering.runtime_ship): kdist's container-side package as
+# one zip in a job-owned ConfigMap, for an image without kdist. The pod's bootstrap (a
+# `python3 -c` line in its command) checks the zip against the digest in its own command
+# line, then runs the launcher from it; the digest is also set here for `status`.
+#: sha256 of the shipped runtime zip (set only on pods with a shipped runtime).
+RUNTIME_SHA256 = "KDIST_RUNTIME_SHA256"
+#: Where the bootstrap looks for the zip (default DEFAULT_RUNTIME_MOUNT; tests set it).
+RUNTIME_DIR = "KDIST_RUNTIME_DIR"
+#: Where a pod mounts the runtime's ConfigMap (read-only).
+DEFAULT_RUNTIME_MOUNT = "/var/run/kdist/runtime"
+#: The ConfigMap's one binaryData key: the zip's file name in the mount.
+RUNTIME_ZIP = "kdist-runtime.zip"
+
 #: Every name a user's spec.env or envFrom prefix may not set or shadow.
 PREFIX = "KDIST_"
 
@@ -75,11 +88,18 @@ LAUNCHER_OWNED_PREFIXES = (PREFIX, "PET_", "TORCHELASTIC_")
 #: The one kdist variable a local run's nodes take from the shell: the fault drills' hook
 #: (tests set it around `kdist run --local`), read only by kdist's own workloads.
 LOCAL_PASSTHROUGH = frozenset({FAULT_KILL_AT})
+#: ``1``: start the workers on a torch outside the tested range anyway
+#: (``kdist.runtime.torchcheck``). The user's to set (spec.env), though named KDIST_*.
+ANY_TORCH = "KDIST_ANY_TORCH"
+#: The KDIST_* names a spec's env may set: the user's switches, not the contract's.
+USER_SETTABLE = frozenset({ANY_TORCH})
 
 
 def contract_owned(name: str) -> bool:
     """Whether the contract (kdist, the launcher) owns variable `name`: a spec may not set
     it, and a local run's nodes do not inherit it from the shell."""
+    if name in USER_SETTABLE:
+        return False
     return name in LAUNCHER_OWNED or name.startswith(LAUNCHER_OWNED_PREFIXES)
 
 

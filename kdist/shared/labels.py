@@ -17,6 +17,8 @@ QUEUE = "kueue.x-k8s.io/queue-name"
 KUEUE_JOB_UID = "kueue.x-k8s.io/job-uid"
 # On each ConfigMap of a shipped workdir (the mounted files cannot carry them).
 CODE_SHA256 = f"{DOMAIN}/code-sha256"
+#: On the shipped runtime's ConfigMap (spec.runtime): the zip's sha256.
+RUNTIME_SHA256 = f"{DOMAIN}/runtime-sha256"
 CODE_PART = f"{DOMAIN}/code-part"
 CODE_PARTS = f"{DOMAIN}/code-parts"
 #: On every object a submission creates: a token of that submission alone, by which it

@@ -144,7 +144,7 @@ def no_nul(value: str) -> str:
 def env_name(name: str) -> str:
     if not ENV_NAME.fullmatch(name):
         raise ValueError(f"{name!r} is not a valid environment variable name")
-    if name in E.LAUNCHER_OWNED or name.startswith(E.LAUNCHER_OWNED_PREFIXES):
+    if E.contract_owned(name):
         raise ValueError(f"{name!r} is set by kdist's launcher and cannot be given")
     return name
 

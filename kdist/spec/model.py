@@ -312,22 +312,23 @@ class JobSpec(_Model):
     backend: Literal["indexed-job", "pytorchjob"] = Field(
         default="indexed-job", description="indexed-job: an Indexed Job + headless Service (any "
         "cluster); pytorchjob: a Kubeflow PyTorchJob (the training operator).")
-    image: str = Field(description="The container image: kdist and your dependencies "
-                       "(image/Dockerfile builds one).")
+    image: str = Field(description="Any image with Python >= 3.10, torch 2.8-2.15 and your "
+                       "dependencies (see runtime).")
+    runtime: Literal["auto", "image", "shipped"] = Field(default="auto", description=(
+        "Where kdist's launcher comes from: image (installed in it), shipped (with the job, "
+        "a digest-checked ConfigMap), auto (image for kdist's own kdist-train, else shipped)."))
     nodes: Annotated[StrictInt, Field(ge=1, le=MAX_NODES)] = Field(default=1, description="Pods.")
     procs_per_node: Annotated[int | str, WithJsonSchema({"anyOf": [
         {"type": "integer", "minimum": 1, "maximum": MAX_PROCS_PER_NODE},
         {"const": "auto"}]})] = Field(
         default=1, description='Processes per pod; "auto" = one per GPU (1 on CPU).')
     workload: Workload = Field(description="What each process runs.")
-    distributed: Distributed = Field(default=Distributed(), description="Rendezvous, timeouts, "
-                                     "restarts.")
+    distributed: Distributed = Field(default=Distributed(), description="Restarts, timeouts.")
     resources: Resources = Field(default=Resources(), description="Per pod; requests = limits.")
     env: dict[EnvName, ProcStr] = Field(
         default={}, description="Plain values; names kdist's launcher "
         "owns (RANK, MASTER_ADDR, KDIST_*, ...) are refused.")
-    env_from: list[EnvFromSource] = Field(default=[], description="Secrets (and ConfigMaps) as "
-                                          "variables: the way to pass secrets.")
+    env_from: list[EnvFromSource] = Field(default=[], description="Secrets as variables.")
     checkpoint: Checkpoint | None = Field(default=None, description="Where checkpoints go; none: "
                                           "no checkpoints, a restart starts over.")
     scheduling: Scheduling = Field(default=Scheduling(), description="Placement, priority, queues.")

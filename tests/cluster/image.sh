@@ -15,6 +15,12 @@ START=$SECONDS
 
 IMAGE=kdist-train:dev-cpu
 IMAGE_REF=docker.io/library/$IMAGE
+# Beside it, for spec.runtime shipped (tests/e2e/test_shipped_runtime.py): the same
+# image without kdist (image/Dockerfile's bare target: no layer of its own), and that
+# with a torch kdist does not support (2.3, a stand-in: tests/cluster/oldtorch.Dockerfile).
+BARE_IMAGE=kdist-bare:dev-cpu
+OLDTORCH_IMAGE=kdist-oldtorch:dev-cpu
+EXTRA_IMAGES=()
 HASH_LABEL=kdist.content-hash
 DOCKER=/usr/bin/docker   # the CLI that ships with the daemon (docker.io 20.10)
 WHEELS=$CACHE/wheels
@@ -36,7 +42,7 @@ content_hash() {
   (
     cd "$REPO"
     find image kdist pyproject.toml README.md "$DOCKERFILE" \
-      tests/cluster/image.sh tests/cluster/versions.env -type f \
+      tests/cluster/image.sh tests/cluster/oldtorch.Dockerfile tests/cluster/versions.env -type f \
       ! -name '*.pyc' ! -path '*/__pycache__/*' 2>/dev/null | LC_ALL=C sort -u | xargs sha256sum || true
     echo "$FLAVOUR $SUITE $BASE_PACKAGES"
   ) | sha256sum | cut -c1-16
@@ -177,21 +183,33 @@ build_and_load() {
     { tail -30 "$LOGS/image-build.log"; die "docker build failed"; }
   local size; size=$(docker_ image inspect -f '{{.Size}}' "$IMAGE")
   log "built in $((SECONDS - t0))s; image size $((size / 1024 / 1024)) MiB"
+  if ((${#EXTRA_IMAGES[@]})); then
+    # The same build up to the bare target: every layer is cached, nothing new is stored.
+    DOCKER_BUILDKIT=$buildkit docker_ build --network host --build-arg "BASE_IMAGE=$BASE_IMAGE" \
+      "${BUILD_ARGS[@]}" --target bare -t "$BARE_IMAGE" -f "$DOCKERFILE" "$ctx" \
+      >>"$LOGS/image-build.log" 2>&1 || { tail -30 "$LOGS/image-build.log"; die "docker build $BARE_IMAGE failed"; }
+    mkdir -p "$ctx/empty"
+    docker_ build --network host --build-arg "BASE=$BARE_IMAGE" -t "$OLDTORCH_IMAGE" \
+      -f "$REPO/tests/cluster/oldtorch.Dockerfile" "$ctx/empty" >>"$LOGS/image-build.log" 2>&1 ||
+      { tail -30 "$LOGS/image-build.log"; die "docker build $OLDTORCH_IMAGE failed"; }
+    log "built $BARE_IMAGE and $OLDTORCH_IMAGE beside it"
+  fi
   # Old builds' layers: keep Docker's cache to about one image's worth.
   docker_ image prune -f >/dev/null 2>&1 || true
   docker_ builder prune -f --keep-storage "$KEEP_BUILD_CACHE" >/dev/null 2>&1 || true
   [[ $DOCKER_ONLY == 1 ]] && { rm -rf "$ctx" "$BUILD/kdist-wheel" "$BUILD/src"; return 0; }
   t0=$SECONDS
-  if [[ $(docker_ image inspect -f '{{.Id}}' "$IMAGE") == "$(image_id)" ]]; then
-    log "containerd already has this very image; relabelling only"
+  if all_imported "$IMAGE" "${EXTRA_IMAGES[@]}"; then
+    log "containerd already has these very images; relabelling only"
   else
     log "importing into the cluster's containerd"
     # Seen once on a fresh cluster: the layers landed but unpacking them failed
     # ("parent snapshot ... does not exist"), leaving the kubelet to unpack at
-    # the first pod's start. A second import unpacks again.
-    if ! docker_ save "$IMAGE" | ctr_ images import - >/dev/null; then
+    # the first pod's start. A second import unpacks again. One archive for all
+    # the images: their shared layers travel once.
+    if ! docker_ save "$IMAGE" "${EXTRA_IMAGES[@]}" | ctr_ images import - >/dev/null; then
       log "importing failed; once more"
-      docker_ save "$IMAGE" | ctr_ images import - >/dev/null ||
+      docker_ save "$IMAGE" "${EXTRA_IMAGES[@]}" | ctr_ images import - >/dev/null ||
         die "importing $IMAGE into containerd failed"
     fi
     log "imported in $((SECONDS - t0))s"
@@ -201,13 +219,24 @@ build_and_load() {
   rm -rf "$ctx" "$BUILD/kdist-wheel" "$BUILD/src"
 }
 
+# Whether containerd holds each of these Docker images, by ID.
+all_imported() {
+  local image
+  for image in "$@"; do
+    [[ $(docker_ image inspect -f '{{.Id}}' "$image") == "$(image_id "docker.io/library/$image")" ]] || return 1
+  done
+}
+
 # --unload: drop the image from the single-node cluster's containerd (its
 # unpacked GBs), e.g. before a kind cluster loads its own copies from Docker.
 unload() {
   daemon_alive containerd || return 0
-  ctr_ images rm --sync "$IMAGE_REF" >/dev/null 2>&1 || true
+  local image
+  for image in "$IMAGE" "$BARE_IMAGE" "$OLDTORCH_IMAGE"; do  # the extras hold the same layers
+    ctr_ images rm --sync "docker.io/library/$image" >/dev/null 2>&1 || true
+  done
   prune_stale_ids
-  log "$IMAGE unloaded from the single-node cluster's containerd"
+  log "$IMAGE (and its bare variants) unloaded from the single-node cluster's containerd"
 }
 
 # The hash label of the image in Docker (the source kind loads from).
@@ -234,6 +263,7 @@ forky() {
 DOCKER_ONLY=0
 BUILD_ARGS=()
 main() {
+  [[ ${1:-} == --forky || ${1:-} == --unload ]] || EXTRA_IMAGES=("$BARE_IMAGE" "$OLDTORCH_IMAGE")
   require_root
   case ${1:-} in
     --unload) unload; return ;;

@@ -71,19 +71,24 @@ class Run:
         return found
 
 
-def run_envs(argv: list[str], envs: list[dict[str, str]]) -> Run:
+def run_envs(argv: list[str], envs: list[dict[str, str]], launch: list[str] = LAUNCH,
+             cwd: Path | None = None) -> Run:
+    """`launch` + `argv` on one launcher per env (`launch`: how a pod starts kdist's launcher;
+    `cwd`: the processes' working directory, by default this one)."""
     out = io.StringIO()
     started = time.monotonic()
     restarts = int(envs[0].get("KDIST_MAX_RESTARTS", "0"))
-    code = run_nodes(LAUNCH + argv, [local_env(e) for e in envs], stdout=out,
-                     max_restarts=restarts)
+    code = run_nodes(launch + argv, [local_env(e) for e in envs], stdout=out,
+                     max_restarts=restarts, cwd=cwd)
     return Run(code, out.getvalue().splitlines(), time.monotonic() - started)
 
 
-def run_job(argv: list[str], *, nodes: int = 1, procs: int = 1, **extra: str) -> Run:
+def run_job(argv: list[str], *, nodes: int = 1, procs: int = 1, launch: list[str] = LAUNCH,
+            cwd: Path | None = None, **extra: str) -> Run:
     """One local job: ``nodes`` launchers of ``procs`` workers on a fresh port."""
     port = free_port()
-    return run_envs(argv, [node_env(nodes, procs, i, port, **extra) for i in range(nodes)])
+    return run_envs(argv, [node_env(nodes, procs, i, port, **extra) for i in range(nodes)],
+                    launch, cwd)
 
 
 def final_state(ckpt_dir: Path, shard: str = "state") -> dict:

@@ -68,3 +68,18 @@ def test_check_raises_a_launch_error_exit_2_unless_told_to_try_any_torch(stub):
     assert failed.value.exit_code == 2
     assert "torch 2.3 in this image" in str(failed.value)
     torchcheck.check({torchcheck.ANY_TORCH: "1"})
+
+
+def test_the_escape_hatch_is_the_users_to_set_in_spec_env():
+    """KDIST_ANY_TORCH is named KDIST_* yet the user's: a spec may set it, the pods get it
+    (every other KDIST_* name stays refused)."""
+    from kdist.rendering import render
+    from kdist.shared.errors import SpecError
+    from kdist.spec import validate_job
+    from tests.unit.helpers import spec_with
+
+    job = validate_job(spec_with(**{"spec.env": {"KDIST_ANY_TORCH": "1"}}))
+    (container,) = render(job)[0]["spec"]["template"]["spec"]["containers"]
+    assert {"name": "KDIST_ANY_TORCH", "value": "1"} in container["env"]
+    with pytest.raises(SpecError, match="KDIST_ANY_TORCHES"):
+        validate_job(spec_with(**{"spec.env": {"KDIST_ANY_TORCHES": "1"}}))
