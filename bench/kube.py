@@ -60,14 +60,14 @@ def namespace(api: Any, prefix: str) -> Iterator[str]:
 
 
 def job_yaml(name: str, ns: str, *, nodes: int, args: list[str], cpu: str = "1",
-             memory: str = "1Gi") -> str:
-    """A kdist job file for the DDP workload on the test image."""
+             memory: str = "1Gi", image: str = IMAGE) -> str:
+    """A kdist job file for the DDP workload on the test image (or `image`)."""
     import json
 
     return (
         "apiVersion: kdist/v1alpha1\nkind: TrainingJob\n"
         f"metadata: {{name: {name}, namespace: {ns}}}\n"
-        f"spec:\n  image: {IMAGE}\n  nodes: {nodes}\n  procsPerNode: 1\n"
+        f"spec:\n  image: {image}\n  nodes: {nodes}\n  procsPerNode: 1\n"
         f"  workload: {{module: kdist.workloads.ddp, args: {json.dumps(args)}}}\n"
         "  distributed: {backend: gloo}\n"
         f"  resources: {{cpu: \"{cpu}\", memory: {memory}}}\n"

@@ -29,6 +29,7 @@ BENCHMARKS = {
     "cluster": "bench.cluster",
     "restart": "bench.restart",
     "workdir": "bench.workdir",
+    "runtime": "bench.runtime",
     "watch": "bench.watch",
     "gpu": "bench.gpu",
 }
