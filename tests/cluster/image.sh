@@ -183,16 +183,19 @@ build_and_load() {
     { tail -30 "$LOGS/image-build.log"; die "docker build failed"; }
   local size; size=$(docker_ image inspect -f '{{.Size}}' "$IMAGE")
   log "built in $((SECONDS - t0))s; image size $((size / 1024 / 1024)) MiB"
-  if ((${#EXTRA_IMAGES[@]})); then
+  if [[ " ${EXTRA_IMAGES[*]} " == *" $BARE_IMAGE "* ]]; then
     # The same build up to the bare target: every layer is cached, nothing new is stored.
     DOCKER_BUILDKIT=$buildkit docker_ build --network host --build-arg "BASE_IMAGE=$BASE_IMAGE" \
       "${BUILD_ARGS[@]}" --target bare -t "$BARE_IMAGE" -f "$DOCKERFILE" "$ctx" \
       >>"$LOGS/image-build.log" 2>&1 || { tail -30 "$LOGS/image-build.log"; die "docker build $BARE_IMAGE failed"; }
+    log "built $BARE_IMAGE beside it"
+  fi
+  if [[ " ${EXTRA_IMAGES[*]} " == *" $OLDTORCH_IMAGE "* ]]; then
     mkdir -p "$ctx/empty"
     docker_ build --network host --build-arg "BASE=$BARE_IMAGE" -t "$OLDTORCH_IMAGE" \
       -f "$REPO/tests/cluster/oldtorch.Dockerfile" "$ctx/empty" >>"$LOGS/image-build.log" 2>&1 ||
       { tail -30 "$LOGS/image-build.log"; die "docker build $OLDTORCH_IMAGE failed"; }
-    log "built $BARE_IMAGE and $OLDTORCH_IMAGE beside it"
+    log "built $OLDTORCH_IMAGE beside it"
   fi
   # Old builds' layers: keep Docker's cache to about one image's worth.
   docker_ image prune -f >/dev/null 2>&1 || true
@@ -263,7 +266,11 @@ forky() {
 DOCKER_ONLY=0
 BUILD_ARGS=()
 main() {
-  [[ ${1:-} == --forky || ${1:-} == --unload ]] || EXTRA_IMAGES=("$BARE_IMAGE" "$OLDTORCH_IMAGE")
+  case ${1:-} in
+    --unload) ;;
+    --forky) EXTRA_IMAGES=("$BARE_IMAGE") ;;  # Debian's torch without kdist, for kind
+    *) EXTRA_IMAGES=("$BARE_IMAGE" "$OLDTORCH_IMAGE") ;;
+  esac
   require_root
   case ${1:-} in
     --unload) unload; return ;;
@@ -279,7 +286,8 @@ main() {
   if [[ $DOCKER_ONLY == 1 ]]; then
     mkdir -p "$BUILD" "$LOGS"
     start_dockerd
-    [[ $(docker_hash) == "$hash" ]] && { log "$IMAGE in Docker is up to date ($HASH_LABEL=$hash)"; return 0; }
+    [[ $(docker_hash) == "$hash" ]] && docker_ image inspect "${EXTRA_IMAGES[@]}" >/dev/null 2>&1 &&
+      { log "$IMAGE in Docker is up to date ($HASH_LABEL=$hash)"; return 0; }
     ensure_packages docker.io debootstrap
     ensure_base
     build_and_load "$hash"

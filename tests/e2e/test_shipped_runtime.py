@@ -106,6 +106,21 @@ def test_an_image_without_kdist_trains_and_resumes_after_a_sigkill(
     assert leftovers(namespace, name) == []
 
 
+@pytest.mark.parametrize("backend", ["indexed-job", "pytorchjob"])
+def test_kdists_ddp_trains_on_an_image_without_kdist(backend, kube, namespace, kdist, job_file):
+    """Also in the kind stage (make e2e-kind), where kdist-bare is Debian forky's own
+    torch 2.14 on Python 3.14 (no libuv): the runtime zipped here runs there."""
+    path = job_file("bare-ddp", backend=backend, image=BARE)
+    out = kdist("submit", path, "--timeout", "300")
+    assert out.returncode == 0, out.stdout + out.stderr
+    sha = runtime_ship.built().sha256
+    assert f"configmap/bare-ddp-runtime-{sha[:10]} created" in out.stdout, out.stdout
+    container = pod_container(kube, namespace, "bare-ddp")
+    assert container.image == BARE and container.command[-1] == sha
+    status = json.loads(kdist("status", "bare-ddp", "-o", "json").stdout)
+    assert status["phase"] == "Succeeded", status
+
+
 def test_a_workdir_script_runs_on_an_image_without_kdist(kube, namespace, kdist, job_file,
                                                           tmp_path):
     write_code(tmp_path / "code", "v1")

@@ -46,6 +46,8 @@ ISOLATION_TABLE=17230
 ISOLATION_PRIORITY=17230
 
 TRAIN_IMAGE=kdist-train:dev-cpu
+# The same image without kdist (spec.runtime shipped), where image.sh built it.
+BARE_IMAGE=kdist-bare:dev-cpu
 # Where the training image is taken from: kind's own dockerd, where up.sh
 # builds the small Debian-torch image (../image.sh --forky); or another Docker
 # that has one under this name (the single-node harness's, read only).

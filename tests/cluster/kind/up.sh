@@ -629,8 +629,8 @@ YAML
 
 # --- the training image --------------------------------------------------------
 
-node_image_id() {  # node_image_id NODE -> the image ID of kdist-train:dev-cpu there
-  node_exec "$1" crictl inspecti -o go-template --template '{{.status.id}}' "$TRAIN_IMAGE" 2>/dev/null || true
+node_image_id() {  # node_image_id NODE [IMAGE] -> the image ID of IMAGE (kdist-train:dev-cpu) there
+  node_exec "$1" crictl inspecti -o go-template --template '{{.status.id}}' "${2:-$TRAIN_IMAGE}" 2>/dev/null || true
 }
 
 # The nodes' training image, built into kind's own Docker: Debian forky's torch
@@ -640,30 +640,46 @@ build_train_image() {
   KDIST_IMAGE_DOCKER_SOCK=$DOCKER_SOCK bash "$CLUSTER_SRC/image.sh" --forky
 }
 
+# The training image and, where the source has it, the same without kdist
+# (BARE_IMAGE: image.sh --forky builds both; its layers are the training
+# image's, so one archive carries them once).
 load_train_image() {
-  local src=("$DOCKER_CLI" --host "unix://$IMAGE_SOURCE_SOCK") id n missing=()
-  if ! id=$("${src[@]}" image inspect -f '{{.Id}}' "$TRAIN_IMAGE" 2>/dev/null); then
+  local src=("$DOCKER_CLI" --host "unix://$IMAGE_SOURCE_SOCK") id n image missing=() images=() ids=()
+  for image in "$TRAIN_IMAGE" "$BARE_IMAGE"; do
+    id=$("${src[@]}" image inspect -f '{{.Id}}' "$image" 2>/dev/null) || continue
+    images+=("$image"); ids+=("$id")
+  done
+  if [[ ${images[0]:-} != "$TRAIN_IMAGE" ]]; then
     log "WARNING: no $TRAIN_IMAGE at $IMAGE_SOURCE_SOCK; not loaded"
     return 0
   fi
-  for n in "$CONTROL_PLANE" "$WORKER"; do [[ $(node_image_id "$n") == "$id" ]] || missing+=("$n"); done
+  id=${ids[0]}
+  local i
+  for n in "$CONTROL_PLANE" "$WORKER"; do
+    for i in "${!images[@]}"; do
+      [[ $(node_image_id "$n" "${images[$i]}") == "${ids[$i]}" ]] || { missing+=("$n"); break; }
+    done
+  done
   ((${#missing[@]})) || return 0
   local t0=$SECONDS archive=$KIND_CACHE/train-image.tar
-  log "loading $TRAIN_IMAGE (${id:7:12}) into ${missing[*]}"
-  "${src[@]}" save "$TRAIN_IMAGE" > "$archive.tmp" && mv "$archive.tmp" "$archive" ||
-    { rm -f "$archive.tmp"; die "docker save $TRAIN_IMAGE failed"; }
+  log "loading ${images[*]} (${id:7:12}) into ${missing[*]}"
+  "${src[@]}" save "${images[@]}" > "$archive.tmp" && mv "$archive.tmp" "$archive" ||
+    { rm -f "$archive.tmp"; die "docker save ${images[*]} failed"; }
   log "saved in $((SECONDS - t0))s ($(du -h "$archive" | cut -f1)); kind load (log: $LOGS/kind-load.log)"
   kind_ load image-archive "$archive" --name "$CLUSTER_NAME" --nodes "$(IFS=,; echo "${missing[*]}")" \
     >>"$LOGS/kind-load.log" 2>&1 || { rm -f "$archive"; tail -20 "$LOGS/kind-load.log"; die "kind load failed"; }
   rm -f "$archive"
   for n in "${missing[@]}"; do
-    [[ $(node_image_id "$n") == "$id" ]] || die "$TRAIN_IMAGE on $n is not ${id:7:12} after kind load"
+    for i in "${!images[@]}"; do
+      [[ $(node_image_id "$n" "${images[$i]}") == "${ids[$i]}" ]] ||
+        die "${images[$i]} on $n is not ${ids[$i]:7:12} after kind load"
+    done
     # The layer blobs, once unpacked, are ~6 GB per node that nothing reads
     # again (kind's containerd discards them for pulled images the same way);
     # and the build the tag moved away from has no name left, only its GBs.
     node_exec "$n" bash -c '
       m=$(ctr -n k8s.io images ls "name==$1" | awk "NR == 2 {print \$3}")
-      ctr -n k8s.io content get "$m" | jq -r ".layers[].digest" | xargs -r ctr -n k8s.io content rm >/dev/null
+      ctr -n k8s.io content get "$m" | jq -r ".layers[].digest" | xargs -r ctr -n k8s.io content rm >/dev/null 2>&1
       crictl images -o json | jq -r ".images[] | select(.repoTags == []) | .id" |
         xargs -r crictl rmi >/dev/null 2>&1 || true' _ "docker.io/library/$TRAIN_IMAGE"
   done
