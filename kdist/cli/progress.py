@@ -315,6 +315,8 @@ def print_status(state: JobState) -> None:
     head += pace(state)
     if state.code:  # which version of the shipped workdir ran (sha256, as git shows hashes)
         head += f"  code {state.code[:12]}"
+    if state.runtime:  # kdist's runtime came with the job, not from the image
+        head += f"  runtime shipped {state.runtime[:12]}"
     head += restarts_text(state, "  ")
     if state.reason and state.outcome:
         head += f"  ({state.reason}{': ' + state.message if state.message else ''})"

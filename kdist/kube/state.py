@@ -68,6 +68,7 @@ class JobState:
     queue_status: str = ""  # "" (no queue) | queued | admitted | never-fits
     queue_message: str = ""
     code: str = ""  # sha256 of the shipped workdir (spec.workdir), "" when none was
+    runtime: str = ""  # sha256 of the shipped runtime (spec.runtime), "" for the image's
     max_restarts: int | None = None  # spec.distributed.maxRestarts (from the pods' env)
     # "inPlace" | "recreate": what the job's pod template says (kube.objects.restart_mode_of)
     restart_mode: str = ""
@@ -182,7 +183,8 @@ class JobState:
             "reason": self.reason, "message": self.message, "etaSeconds": self.eta_s(),
             "queue": ({"localQueue": self.queue_name, "status": self.queue_status,
                        "message": self.queue_message} if self.queue_status else None),
-            "code": self.code or None, "maxRestarts": self.max_restarts,
+            "code": self.code or None, "runtime": self.runtime or None,
+            "maxRestarts": self.max_restarts,
             "restartMode": self.restart_mode or None,
             "gang": ({"podGroup": self.gang, "minCount": self.gang_min,
                       "status": self.gang_status or None, "message": self.gang_message or None}

@@ -127,7 +127,7 @@ class Tracker:
         # Bounded by kdist's own limits: ranks are made for every node up front.
         s.nodes = checked_job_nodes(obj) or s.nodes
         s.max_steps = job_max_steps(obj)
-        s.code = template_env(obj, E.CODE_SHA256)
+        s.code, s.runtime = template_env(obj, E.CODE_SHA256), template_env(obj, E.RUNTIME_SHA256)
         m = template_env(obj, E.MAX_RESTARTS)
         s.max_restarts = count(m) if m.isascii() and m.isdigit() else None
         s.restart_mode = restart_mode_of(obj)

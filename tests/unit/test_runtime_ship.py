@@ -199,3 +199,18 @@ def test_the_bootstrap_runs_the_launcher_from_the_zip(tmp_path):
     out = subprocess.run([sys.executable, "-c", code, runtime.sha256, "--help"],
                          capture_output=True, text=True, env=env, timeout=60)
     assert out.stdout.splitlines()[0] == str(tmp_path / E.RUNTIME_ZIP / "kdist" / "launch.py")
+
+
+# --- status -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_status_says_the_runtime_was_shipped_and_which(backend):
+    from kdist.kube.tracker import Tracker
+
+    for image, shipped in ((BARE, True), ("kdist-train:dev-cpu", False)):
+        obj = render(job_with(**{"spec.image": image, "spec.backend": backend}))[0]
+        t = Tracker("unit-job", "ml")
+        t.job_event("ADDED", obj)
+        want = runtime_ship.built().sha256 if shipped else None
+        assert t.state.to_dict()["runtime"] == want
