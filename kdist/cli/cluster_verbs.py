@@ -31,6 +31,7 @@ from kdist.cli.options import (
 )
 from kdist.cli.say import say
 from kdist.shared.errors import JobFailed, JobNotFound, UsageError
+from kdist.shared.labels import RUNTIME_SHA256
 from kdist.shared.terminal import escape
 
 #: How `submit` says the gang restarts (spec.distributed.restartMode, as resolved).
@@ -160,12 +161,19 @@ def _submit_one(opts: ClusterOptions, file: str, wait: bool, follow: bool, dry_r
         for obj in sub.objects:
             if obj.get("kind") != "ConfigMap":
                 say(f"{ref(obj)} created in namespace {sub.namespace}{suffix}")
+        runtime = [o for o in sub.objects if o.get("kind") == "ConfigMap"
+                   and RUNTIME_SHA256 in (o["metadata"].get("annotations") or {})]
         if code is not None:
             # One line for the code's ConfigMaps, however many chunks it took.
-            names = [o["metadata"]["name"] for o in sub.objects if o.get("kind") == "ConfigMap"]
+            names = [o["metadata"]["name"] for o in sub.objects
+                     if o.get("kind") == "ConfigMap" and o not in runtime]
             span = names[0] if len(names) == 1 else f"{names[0]}..{names[-1].rsplit('-', 1)[1]}"
             say(f"configmap/{span} created in namespace {sub.namespace}{suffix} (code "
                 f"{code.sha256[:12]}: {code.files} files, {len(code.archive):,} bytes packed)")
+        for cm in runtime:  # spec.runtime shipped: kdist's launcher travels with the job
+            sha = cm["metadata"]["annotations"][RUNTIME_SHA256]
+            say(f"configmap/{cm['metadata']['name']} created in namespace {sub.namespace}"
+                f"{suffix} (kdist's runtime {sha[:12]}, shipped with the job)")
         if sub.restart_mode:
             say(f"restarts: {RESTART_WORDS.get(sub.restart_mode, sub.restart_mode)}")
         if sub.gang:  # spec.distributed.gang, as resolved
