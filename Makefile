@@ -103,11 +103,14 @@ kind-up: ## Bring up (or reuse) the offline 2-node kind cluster with its trainin
 kind-down: ## Delete the kind cluster, its network and its dockerd
 	bash tests/cluster/kind/down.sh
 
-e2e-kind: install kind-up ## kind-up + E2E_KIND_TESTS (default: the 2-node tests) on 2-node kind
+e2e-kind: install kind-up ## kind-up + E2E_KIND_TESTS (default: the 2-node tests) on 2-node kind, then tests/dist in its nodes' image (Debian's torch, Python 3.14)
+	@rc=0; \
 	KUBECONFIG=$(KIND_STATE)/kubeconfig KDIST_CLUSTER_LOGS=$(KIND_STATE)/logs \
 	KDIST_KIND_DOCKER_HOST=unix://$(KIND_STATE)/run/docker.sock \
 	KDIST_E2E_SHARED_DIR=$(KIND_STATE)/shared TMPDIR=$(KIND_STATE)/shared \
-	$(PYTHON) -m pytest $(E2E_KIND_TESTS) -q -p no:cacheprovider
+	$(PYTHON) -m pytest $(E2E_KIND_TESTS) -q -p no:cacheprovider || rc=$$?; \
+	bash tests/cluster/kind/dist.sh || rc=$$?; \
+	exit $$rc
 
 bench: install ## Benchmarks: writes bench/results.json and the table in bench/README.md
 	$(PYTHON) -m bench.run

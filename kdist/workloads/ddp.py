@@ -91,7 +91,11 @@ def wrap(model: nn.Module, args: argparse.Namespace, d: Dist) -> DistributedData
     )
     hook = COMPRESSION[args.grad_compression]
     if hook is not None:
-        ddp.register_comm_hook(None, hook)
+        try:
+            ddp.register_comm_hook(None, hook)
+        except TypeError as e:  # bf16's hook wants a torch built with NCCL (CPU builds lack it)
+            raise SystemExit(f"--grad-compression {args.grad_compression}: torch "
+                             f"{torch.__version__} refuses it ({e}); use fp16 or none") from None
     return ddp
 
 

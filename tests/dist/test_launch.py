@@ -237,12 +237,19 @@ def test_a_group_that_never_formed_is_a_code_error_not_a_lost_peer(tmp_path):
 SHOW_STORE = textwrap.dedent("""
     import os, sys, torch.distributed as dist
     dist.init_process_group("gloo")
-    served = getattr(sys.modules.get("sitecustomize"), "_served", [])
+    served = getattr(sys.modules.get("kdist_sitehook"), "_served", [])
     if served:  # rank 0's worker serves the job's store (kdist.runtime.sitehook)
         print("libuv", served[0].libuvBackend, flush=True)
+    # The client env:// made: the TCPStore under the group's PrefixStores.
+    client = dist.distributed_c10d._get_default_store()
+    while hasattr(client, "underlying_store"):
+        client = client.underlying_store
+    print("env client libuv", client.libuvBackend, flush=True)
     dist.barrier()
     dist.destroy_process_group()
 """)
+# Where USE_LIBUV is unset, torch's default: libuv (an image without libuv sets it to 0).
+DEFAULT_LIBUV = os.environ.get("USE_LIBUV", "1") == "1"
 
 
 SHOW_CLIENT = textwrap.dedent("""
@@ -254,7 +261,7 @@ SHOW_CLIENT = textwrap.dedent("""
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize(("use_libuv", "backend"), [(None, True), ("0", False)])
+@pytest.mark.parametrize(("use_libuv", "backend"), [(None, DEFAULT_LIBUV), ("0", False)])
 def test_kdists_workloads_join_the_store_as_torchs_use_libuv_switch_says(use_libuv, backend):
     """kdist's own workloads open the job's store as a client themselves, and torch's
     TCPStore ignores USE_LIBUV: a torch without libuv refused them until they read it."""
@@ -266,15 +273,19 @@ def test_kdists_workloads_join_the_store_as_torchs_use_libuv_switch_says(use_lib
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize(("use_libuv", "backend"), [(None, True), ("0", False)])
+@pytest.mark.parametrize(("use_libuv", "backend"), [(None, DEFAULT_LIBUV), ("0", False)])
 def test_the_served_store_follows_torchs_use_libuv_switch(use_libuv, backend):
     """USE_LIBUV=0 (what a torch built without libuv, Debian's, needs) reaches the store
-    rank 0's worker serves, as torch's own env:// rendezvous reads it for the clients."""
+    rank 0's worker serves, and the clients torch's env:// rendezvous opens on it: under an
+    agent's store torch opens them with libuv whatever USE_LIBUV says (the sitehook's
+    clients_follow_use_libuv), which a torch without libuv refused in every script."""
     extra = {} if use_libuv is None else {"USE_LIBUV": use_libuv}
     run = run_job(["--", "python", "-c", SHOW_STORE], nodes=2, **extra)
     assert run.code == 0, run.text
-    assert [line for line in run.lines if "libuv" in line] == \
+    assert [line for line in run.lines if line.startswith("[rank 0] libuv")] == \
         [f"[rank 0] libuv {backend}"], run.text
+    assert sorted(line for line in run.lines if "env client libuv" in line) == \
+        [f"[rank {r}] env client libuv {backend}" for r in (0, 1)], run.text
 
 
 @pytest.mark.timeout(60)

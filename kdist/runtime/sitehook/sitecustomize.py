@@ -53,6 +53,8 @@ from datetime import timedelta
 from typing import Any
 
 TARGET = "torch.distributed.constants"
+RENDEZVOUS = "torch.distributed.rendezvous"
+HOOK_MODULE = "kdist_sitehook"  # this module's name in sys.modules once chain() ran
 PG_TIMEOUT = "KDIST_PG_TIMEOUT"  # kdist.shared.env.PG_TIMEOUT; this file imports nothing of kdist
 STORE_FD = "KDIST_STORE_FD"  # kdist.runtime.workers.STORE_FD
 DUMP_SIGNAL_OFFSET = 5  # kdist.runtime.stacks.DUMP_SIGNAL = SIGRTMIN + 5
@@ -129,14 +131,33 @@ class _PatchingLoader(importlib.abc.Loader):
         return getattr(self._loader, name)
 
 
+def clients_follow_use_libuv(module: Any) -> None:
+    """``USE_LIBUV=0``: the store clients torch's env:// rendezvous makes follow it too.
+
+    Under an agent's store (``TORCHELASTIC_USE_AGENT_STORE``) torch's
+    ``_create_c10d_store`` opens its client with TCPStore's default, libuv, whatever
+    ``USE_LIBUV`` says; a torch built without libuv (Debian's) then refuses every
+    ``init_process_group()``. The module's ``TCPStore`` is wrapped to default to
+    the switch; a ``use_libuv`` given explicitly still wins.
+    """
+    real = module.TCPStore
+
+    def tcp_store(*args: Any, **kwargs: Any) -> Any:
+        kwargs.setdefault("use_libuv", False)
+        return real(*args, **kwargs)
+
+    module.TCPStore = tcp_store
+
+
 class PgTimeoutFinder:
-    """A meta-path finder that answers only for ``torch.distributed.constants``, once."""
+    """A meta-path finder that answers only for its modules (``after``: name -> what to
+    run once it is loaded), once each."""
 
     def __init__(self, after: Any) -> None:
-        self.after = after
+        self.after = after if isinstance(after, dict) else {TARGET: after}
 
     def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
-        if name != TARGET:
+        if name not in self.after:
             return None
         for finder in sys.meta_path:
             if finder is self or not hasattr(finder, "find_spec"):
@@ -146,10 +167,11 @@ class PgTimeoutFinder:
                 break
         else:
             return None
-        if self in sys.meta_path:
+        after = self.after.pop(name)
+        if not self.after and self in sys.meta_path:
             sys.meta_path.remove(self)
         if spec.loader is not None:
-            spec.loader = _PatchingLoader(spec.loader, self.after)
+            spec.loader = _PatchingLoader(spec.loader, after)
         return spec
 
 
@@ -168,13 +190,18 @@ def install(environ: Any = os.environ) -> None:
                 print(f"kdist: sitecustomize: cannot serve the store on the master port: "
                       f"{type(e).__name__}: {e}", file=sys.stderr)
 
-    if timeout is None and not fd:
-        return
-    loaded = sys.modules.get(TARGET)
-    if loaded is not None:  # too late for distributed_c10d's copy, not for later readers
-        after(loaded)
-        return
-    sys.meta_path.insert(0, PgTimeoutFinder(after))
+    hooks: dict[str, Any] = {}
+    if timeout is not None or fd:
+        hooks[TARGET] = after
+    if environ.get("USE_LIBUV", "1") != "1":
+        hooks[RENDEZVOUS] = clients_follow_use_libuv
+    for name, hook in list(hooks.items()):
+        loaded = sys.modules.get(name)
+        if loaded is not None:  # too late for distributed_c10d's copy, not for later readers
+            hooks.pop(name)
+            hook(loaded)
+    if hooks:
+        sys.meta_path.insert(0, PgTimeoutFinder(hooks))
 
 
 def dump_stacks_on_signal() -> None:
@@ -239,7 +266,13 @@ def _destroy(dist: Any) -> None:
 
 
 def chain() -> None:
-    """Run the next ``sitecustomize`` on ``sys.path`` (the image's), which this one shadows."""
+    """Run the next ``sitecustomize`` on ``sys.path`` (the image's), which this one shadows.
+
+    That one takes the name ``sitecustomize`` in ``sys.modules``; this one stays there
+    as ``kdist_sitehook`` (Debian's Python ships a sitecustomize of its own)."""
+    this = sys.modules.get(__name__)
+    if this is not None:
+        sys.modules[HOOK_MODULE] = this
     here = os.path.dirname(os.path.abspath(__file__))
     rest = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
     spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
