@@ -85,7 +85,6 @@ if TYPE_CHECKING:
         Validated,
         check,
         check_name,
-        client,
         connect,
         delete,
         follow,
@@ -114,6 +113,9 @@ if TYPE_CHECKING:
         with_namespace,
     )
     from kdist.api.files import load_job, parse_job, render, to_yaml
+
+    # The function, not the module kdist.api.client (mypy may take either from kdist.api).
+    from kdist.api.shortcuts import client
     from kdist.api.steps import Step
     from kdist.kube.state import JobState
     from kdist.kube.verdict import Verdict

@@ -63,7 +63,7 @@ def run_local(job: Any, *, stdout: IO[str] | None = None, code: Any = None,
 
     _preflight(job, root := root or Path.cwd())
     # Each node's container env as a pod's spec lists it (not yet this process's env).
-    envs = [contract.env_contract(job, node_rank=i, master_addr=LOCAL_MASTER)
+    envs = [contract.pod_env(job, node_rank=i, master_addr=LOCAL_MASTER, local=True)
             for i in range(job.spec.nodes)]
     _gpu_env(job, envs)
     ckpt = local_checkpoint_dir(job, root)
@@ -81,7 +81,7 @@ def run_local(job: Any, *, stdout: IO[str] | None = None, code: Any = None,
     envs = [contract.expanded_env(env) for env in envs]
     argvs = [[contract.expand_refs(a, env) for a in contract.launch_argv(job)] for env in envs]
     envs = [local_env(env) for env in envs]
-    port = int(envs[0].get(E.MASTER_PORT, "29500"))
+    port = int(envs[0][E.MASTER_PORT])
     chosen = free_port(port)
     if chosen is not None and chosen != port:
         print(f"kdist: port {port} (spec.distributed.port) is in use here; this local run "

@@ -11,11 +11,8 @@ from kdist.shared.errors import UsageError
 
 
 def _gpu_env(job: Any, envs: list[dict[str, str]]) -> None:
-    """The pods' GPU defaults, and each node its own share of this machine's GPUs."""
-    from kdist.rendering import podspec
-
-    for env in envs:
-        env.update(podspec.gpu_env(job, dict(job.spec.env)))
+    """Each node its own share of this machine's GPUs (the pods' GPU defaults are in its
+    env already: `kdist.rendering.contract.pod_env`)."""
     per_node = job.spec.resources.gpus
     if not per_node:
         return

@@ -20,7 +20,16 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import IO, TYPE_CHECKING, Any
 
 from kdist.api import checks, files, jobs, many
-from kdist.api.types import Connection, Deleted, JobSummary, Observer, RankLog, Submission
+from kdist.api.types import (
+    BACKEND_DEFAULT,
+    BACKEND_NAMES,
+    Connection,
+    Deleted,
+    JobSummary,
+    Observer,
+    RankLog,
+    Submission,
+)
 from kdist.kube.config import ClusterOptions
 from kdist.shared.errors import UsageError
 
@@ -282,7 +291,7 @@ class Client:
 
     def train(self, fn: Callable[..., Any] | PathLike, *, nodes: int = 1,
               procs_per_node: int = 1, args: Sequence[Any] | Mapping[str, Any] | None = None,
-              image: str | None = None, backend: str = "indexed-job",
+              image: str | None = None, backend: str = BACKEND_DEFAULT,
               workdir: PathLike | None = None, local: bool = False, name: str | None = None,
               timeout: float | None = None, logs: bool = True,
               env: Mapping[str, str] | None = None, resources: Mapping[str, Any] | None = None,
@@ -303,7 +312,7 @@ class Client:
         from kdist.api.calls import TrainCall, train
 
         call = TrainCall.make(fn, nodes=nodes, procs_per_node=procs_per_node, args=args,
-                              image=image, backend=_backend(backend) or "indexed-job",
+                              image=image, backend=_backend(backend) or BACKEND_DEFAULT,
                               workdir=workdir, name=name, env=env,
                               namespace=self.options.namespace, resources=resources,
                               spec=spec)
@@ -317,4 +326,4 @@ class Client:
 
 
 def _backend(value: Any) -> str | None:
-    return checks.choice(value, "backend", (None, "indexed-job", "pytorchjob"))
+    return checks.choice(value, "backend", (None, *BACKEND_NAMES))

@@ -28,8 +28,8 @@ class LocalView:
     """A text stream for `run_local(stdout=)` that drives `observer` (thread-safe)."""
 
     def __init__(self, job: TrainingJob, observer: Observer) -> None:
-        from kdist.kube.objects import max_steps_from_args
         from kdist.kube.tracker import Tracker
+        from kdist.shared.facts import max_steps_from_args
 
         self.observer = observer
         self.nodes = job.spec.nodes

@@ -17,7 +17,14 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from kdist.api.client import Client, PathLike, never
-from kdist.api.types import Deleted, JobSummary, Observer, RankLog, Submission
+from kdist.api.types import (
+    BACKEND_DEFAULT,
+    Deleted,
+    JobSummary,
+    Observer,
+    RankLog,
+    Submission,
+)
 
 if TYPE_CHECKING:
     from kdist.api.steps import Step
@@ -167,7 +174,7 @@ def watch_jobs(*, on_update: Callable[[list[JobState]], None],
 @_like(Client.train)
 def train(fn: Callable[..., Any] | PathLike, *, nodes: int = 1,
           procs_per_node: int = 1, args: Sequence[Any] | Mapping[str, Any] | None = None,
-          image: str | None = None, backend: str = "indexed-job",
+          image: str | None = None, backend: str = BACKEND_DEFAULT,
           workdir: PathLike | None = None, local: bool = False, name: str | None = None,
           timeout: float | None = None, logs: bool = True,
           env: Mapping[str, str] | None = None, resources: Mapping[str, Any] | None = None,

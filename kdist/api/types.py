@@ -6,6 +6,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from kdist import backends
 from kdist.kube.config import ClusterOptions, KubeConfig, resolve_namespace
 from kdist.kube.objects import gang_of, restart_mode_of
 
@@ -13,9 +14,12 @@ if TYPE_CHECKING:
     from kdist.kube.client import Cluster
     from kdist.kube.tracker import JobState, RankState
 
-__all__ = ["ClusterOptions", "Connection", "Deleted", "JobState", "JobSummary", "Observer",
-           "Quiet", "RankLog", "RankState", "Submission", "check_name", "connect", "parse_time",
-           "reattach_hint", "target"]
+#: spec.backend's choices (the CLI's --backend), from the registry (kdist.backends).
+BACKEND_NAMES, BACKEND_DEFAULT = backends.NAMES, backends.DEFAULT
+
+__all__ = ["BACKEND_NAMES", "ClusterOptions", "Connection", "Deleted", "JobState", "JobSummary",
+           "Observer", "Quiet", "RankLog", "RankState", "Submission", "check_name", "connect",
+           "parse_time", "reattach_hint", "target"]
 
 
 class Observer(Protocol):

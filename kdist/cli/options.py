@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from kdist.api.types import ClusterOptions
+from kdist.api.types import BACKEND_NAMES, ClusterOptions
 from kdist.shared.args import MAX_SECONDS, seconds_problem
 
 __all__ = ["MAX_SECONDS", "ClusterOptions", "Command", "GlobalOption", "Seconds",
@@ -126,7 +126,7 @@ def job_file_argument(f):
 
 backend_option = click.option(
     "--backend",
-    type=click.Choice(["indexed-job", "pytorchjob"]),
+    type=click.Choice(list(BACKEND_NAMES)),
     help="Override spec.backend.",
 )
 

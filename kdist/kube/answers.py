@@ -16,24 +16,16 @@ leniently (`restartCount`, `status.ready`, a job's node count, which
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any
 
+from kdist import backends
+from kdist.backends.base import CONDITIONS, Map
 from kdist.kube import kinds
 from kdist.shared.errors import ClusterError
 
-
-@dataclass(frozen=True)
-class Map:
-    """An object whose every value is `value` (labels, annotations, replica specs)."""
-
-    value: Any
-
-
 # A node of a shape: a type (str, int, dict, list), {field: node} (an object, fields not
-# named are not looked at), [node] (a list of node) or Map(node).
-CONDITIONS = [{"type": str, "status": str, "reason": str, "message": str,
-               "lastTransitionTime": str}]
+# named are not looked at), [node] (a list of node) or Map(node). A training kind's own
+# shape is its backend's (`kdist.backends`).
 META = {"name": str, "namespace": str, "uid": str, "resourceVersion": str,
         "creationTimestamp": str, "deletionTimestamp": str, "labels": Map(str),
         "annotations": Map(str), "ownerReferences": [dict]}
@@ -44,20 +36,13 @@ POD = {"spec": {"nodeName": str},
        "status": {"phase": str, "reason": str, "message": str, "conditions": CONDITIONS,
                   "containerStatuses": [CONTAINER_STATUS],
                   "initContainerStatuses": [CONTAINER_STATUS]}}
-TEMPLATE = {"spec": {"containers": [{"name": str, "command": [str], "args": [str],
-                                     "env": [{"name": str}]}],
-                     "schedulingGroup": {"podGroupName": str}}}
-JOB = {"spec": {"template": TEMPLATE},
-       "status": {"conditions": CONDITIONS, "completionTime": str}}
-PYTORCHJOB = {"spec": {"pytorchReplicaSpecs": Map({"template": TEMPLATE}), "runPolicy": dict},
-              "status": {"conditions": CONDITIONS}}
 WORKLOAD = {"spec": {"queueName": str},
             "status": {"conditions": CONDITIONS, "admission": {"clusterQueue": str}}}
 PODGROUP = {"spec": {"schedulingPolicy": {"gang": {"minCount": int}}},
             "status": {"conditions": CONDITIONS}}
 SHAPES: dict[str, dict[str, Any]] = {
-    "Pod": POD, "Job": JOB, "PyTorchJob": PYTORCHJOB, "Workload": WORKLOAD,
-    "PodGroup": PODGROUP}
+    "Pod": POD, "Workload": WORKLOAD, "PodGroup": PODGROUP,
+    **{b.kind.kind: b.shape for b in backends.BACKENDS}}
 _TYPE_WORDS = {str: "a string", int: "an integer", dict: "an object", list: "a list"}
 
 

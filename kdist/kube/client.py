@@ -21,6 +21,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+from kdist import backends
 from kdist.kube import bodies, kinds, owned
 from kdist.kube.answers import checked, listed
 from kdist.kube.config import ClusterOptions, KubeConfig
@@ -134,10 +135,6 @@ class Cluster(Transport):
                 self._served[kind.kind] = found
             return self._served[kind.kind]
 
-    def has_pytorchjobs(self) -> bool:
-        """Whether the Kubeflow training operator's PyTorchJob is installed."""
-        return self.serves(kinds.PYTORCHJOB)
-
     def workloads_of(self, job: dict[str, Any]) -> list[dict[str, Any]]:
         """Kueue's Workloads of a queued job (none without Kueue or a queue label)."""
         from kdist.shared.labels import KUEUE_JOB_UID, QUEUE
@@ -162,21 +159,23 @@ class Cluster(Transport):
             return []
 
     def training_kinds(self) -> list[kinds.Kind]:
-        """The training kinds this cluster serves: Job, and PyTorchJob when installed."""
-        return [k for k in kinds.TRAINING if k is not kinds.PYTORCHJOB or self.has_pytorchjobs()]
+        """The training kinds this cluster serves (`kdist.backends`, in lookup order): a
+        built-in kind always, an operator's where discovery finds it."""
+        return [b.kind for b in backends.BACKENDS if not b.installs or self.serves(b.kind)]
 
     def get_job(self, name: str, namespace: str) -> dict[str, Any]:
-        """The training object named `name`: a batch Job, else a PyTorchJob."""
+        """The training object named `name`, of the first training kind that has one."""
         for kind in self.training_kinds():
             try:
                 return self.get(kind, name, namespace)
             except JobNotFound:
                 continue
-        raise JobNotFound(f"no job {name} in namespace {namespace} (neither a Job nor a "
-                          "PyTorchJob)")
+        looked = " nor ".join(f"a {k.kind}" for k in self.training_kinds())
+        raise JobNotFound(f"no job {name} in namespace {namespace} (neither {looked})"
+                          if " nor " in looked else f"no job {name} in namespace {namespace}")
 
     def list_jobs(self, namespace: str | None, selector: str = "") -> list[dict[str, Any]]:
-        """Every kdist job (both backends) in `namespace`, or in all when None; with a
+        """Every kdist job (every backend) in `namespace`, or in all when None; with a
         label `selector` (checked already), only those it matches."""
         from kdist.shared.labels import MANAGED_BY
 
@@ -219,7 +218,7 @@ class Cluster(Transport):
         """Delete job `name` (foreground), its Service and pods (`sources.wait_gone` waits).
 
         Returns what was deleted (`job.batch/x`, ...). Only kdist's objects go
-        (`labels.made_by_kdist`): a Job or PyTorchJob of that name that kdist did
+        (`labels.made_by_kdist`): a training object of that name that kdist did
         not make is a UsageError before anything is deleted; a Service that is
         not kdist's is left alone. Each delete carries the uid that was checked,
         so an object put in its place meanwhile is not deleted either. Works on

@@ -195,8 +195,9 @@ def not_the_api(server: str, what: str, content_type: str,
 
 def api_error(e: HttpError, action: Action, server: str) -> KdistError:
     """An HTTP error answer as the KdistError the user sees."""
-    from kdist.kube.kinds import KF_GROUP, KF_PLURAL, KF_VERSION
+    from kdist import backends
 
+    training = {b.kind.plural: b for b in backends.BACKENDS}
     where = f"in namespace {action.namespace}" if action.namespace else "cluster-wide"
     status = e.status_object()
     body_text = " ".join(e.body[:200].decode("utf-8", "replace").split())
@@ -205,7 +206,7 @@ def api_error(e: HttpError, action: Action, server: str) -> KdistError:
         message = f"{message[:150]} (from {server})"
     details = status.get("details") or {}
     if e.status == 409 and action.verb == "create":
-        other = "" if action.resource in ("jobs", KF_PLURAL) else \
+        other = "" if action.resource in training else \
             f" ({action.resource} {action.name} is there)"
         return ClusterError(
             f"job {action.name} already exists {where}{other}: use --replace or "
@@ -218,9 +219,11 @@ def api_error(e: HttpError, action: Action, server: str) -> KdistError:
         return ClusterError(f"forbidden: {action.verb} {action.resource} {where}: {message}")
     if e.status == 401:
         return ClusterError(f"unauthorized: {server} refused the kubeconfig's credentials")
-    if e.status == 404 and action.resource == KF_PLURAL and not details.get("name"):
-        return OperatorMissing("the Kubeflow training operator is not installed (no "
-                               f"{KF_GROUP}/{KF_VERSION} PyTorchJob resource)")
+    backend = training.get(action.resource)
+    if e.status == 404 and backend is not None and backend.installs and \
+            not details.get("name"):
+        return OperatorMissing(f"{backend.installs} is not installed (no "
+                               f"{backend.kind.api_version} {backend.kind.kind} resource)")
     if e.status == 404 and details.get("kind") == "namespaces":
         return ClusterError(f"namespace {action.namespace} not found")
     if e.status == 404:

@@ -1,7 +1,7 @@
 """What the cluster serves beyond core Kubernetes, for `kdist check` (`kdist.kube.probe`).
 
 Each is asked of the API itself, never read off a version string: discovery for
-the PyTorchJob, JobSet, Kueue and PodGroup (a native gang) resources, and for
+each operated backend's kind (PyTorchJob, JobSet), Kueue and PodGroup (a native gang), and for
 container restart rules a server-side dry-run create of a tiny pod whose container
 has `restartPolicyRules`: an API server that does not serve the field (older, or its
 feature gate off) drops it, so whether it survives the dry run is the answer. None of these is
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kdist import backends
 from kdist.kube import kinds
 from kdist.kube.verdict import ABSENT, OK, UNKNOWN, Ask, Verdict
 
@@ -32,20 +33,28 @@ _POD_SPEC = {"restartPolicy": "Never", "containers": [_CONTAINER]}
 _NAME = "kdist-check-restart-rules"
 
 
+#: The backends whose kind an operator serves (`kdist check` asks about each, by name).
+OPERATED = tuple(b for b in backends.BACKENDS if b.installs)
+
+
 def served_features(cluster: Any) -> dict[str, bool]:
     """Which optional resources the cluster serves, by discovery (asked once each)."""
-    return {"pytorchjob": cluster.serves(kinds.PYTORCHJOB),
+    return {**{b.name: cluster.serves(b.kind) for b in OPERATED},
             "jobset": cluster.serves(kinds.JOBSET),
             "kueue": cluster.serves(kinds.LOCALQUEUE),
             "podgroup": cluster.serves(kinds.PODGROUP)}
 
 
+def _backend(b: backends.Backend, served: bool) -> Verdict:
+    if served:
+        return Verdict(b.name, OK, f"served ({b.kind.api_version}): --backend {b.name} works")
+    return Verdict(b.name, ABSENT, f"no {b.kind.api_version} {b.kind.kind}: backend {b.name} "
+                   f"needs {b.installs} ({backends.DEFAULT} works anywhere)")
+
+
 def features(ask: Ask, ns: str, served: dict[str, bool]) -> list[Verdict]:
     """One verdict per optional backend or feature."""
-    pytorchjob = Verdict("pytorchjob", OK, f"served ({kinds.PYTORCHJOB.api_version}): "
-                         "--backend pytorchjob works") if served["pytorchjob"] else Verdict(
-        "pytorchjob", ABSENT, f"no {kinds.PYTORCHJOB.api_version} PyTorchJob: backend "
-        "pytorchjob needs the Kubeflow training operator (indexed-job works anywhere)")
+    operated = [_backend(b, served[b.name]) for b in OPERATED]
     jobset = Verdict("jobset", OK if served["jobset"] else ABSENT,
                      f"{kinds.JOBSET.api_version} JobSet " + (
                          "served" if served["jobset"] else "not installed"))
@@ -55,7 +64,7 @@ def features(ask: Ask, ns: str, served: dict[str, bool]) -> list[Verdict]:
         "gang", ABSENT, f"no {kinds.PODGROUP.api_version} PodGroup (feature gate GenericWorkload "
         "off, or Kubernetes < 1.37): pods are scheduled one by one; spec.queue (Kueue) "
         "admits a job whole")
-    return [pytorchjob, jobset, _kueue(ask, ns, served["kueue"]), gang,
+    return [*operated, jobset, _kueue(ask, ns, served["kueue"]), gang,
             restart_rules(ask, ns)]
 
 

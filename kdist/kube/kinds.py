@@ -1,63 +1,13 @@
-"""The resources kdist touches, one descriptor each: where they live in the API.
-
-Every URL kdist requests is built here. `Kind.item` refuses a name or
-namespace that is not one, so no code path can turn an empty or odd name into
-a collection URL (``DELETE .../jobs/`` deletes every Job in a namespace).
-"""
+"""The resources kdist touches, one descriptor each (`kdist.shared.kind.Kind`): where they
+live in the API. The training objects' come from their backends (`kdist.backends`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from urllib.parse import quote
-
+from kdist import backends
+from kdist.backends.indexed_job import JOB  # noqa: F401 (a plain Job: `kdist check` probes with one)
 from kdist.shared.errors import UsageError
-from kdist.shared.names import namespace_problem, object_name_problem
+from kdist.shared.kind import Kind
 
-KF_GROUP, KF_VERSION, KF_PLURAL = "kubeflow.org", "v1", "pytorchjobs"
-
-
-@dataclass(frozen=True)
-class Kind:
-    kind: str
-    api_version: str  # "v1" (core) or "group/version"
-    plural: str
-    ref: str  # as kubectl names it: job.batch, service, ...
-
-    @property
-    def group(self) -> str:
-        return self.api_version.rpartition("/")[0]
-
-    def _root(self) -> str:
-        return f"/apis/{self.api_version}" if "/" in self.api_version else \
-            f"/api/{self.api_version}"
-
-    def collection(self, namespace: str | None) -> str:
-        """The list/watch/create URL, in `namespace` or (None) in every namespace."""
-        if namespace is None:
-            return f"{self._root()}/{self.plural}"
-        return f"{self._root()}/namespaces/{_checked_namespace(namespace)}/{self.plural}"
-
-    def item(self, namespace: str, name: str, subresource: str = "") -> str:
-        """One object's URL; refuses anything that is not a valid name."""
-        problem = object_name_problem(name)
-        if problem:
-            raise UsageError(f"{self.plural}: {problem}")
-        url = f"{self.collection(namespace)}/{quote(name, safe='')}"
-        return f"{url}/{subresource}" if subresource else url
-
-    def discovery(self) -> str:
-        return self._root()
-
-
-def _checked_namespace(namespace: str) -> str:
-    problem = namespace_problem(namespace)
-    if problem:
-        raise UsageError(problem)
-    return namespace
-
-
-JOB = Kind("Job", "batch/v1", "jobs", "job.batch")
-PYTORCHJOB = Kind("PyTorchJob", f"{KF_GROUP}/{KF_VERSION}", KF_PLURAL, "pytorchjob.kubeflow.org")
 SERVICE = Kind("Service", "v1", "services", "service")
 CONFIGMAP = Kind("ConfigMap", "v1", "configmaps", "configmap")
 POD = Kind("Pod", "v1", "pods", "pod")
@@ -78,8 +28,8 @@ ENDPOINTSLICE = Kind("EndpointSlice", "discovery.k8s.io/v1", "endpointslices",
                      "endpointslice.discovery.k8s.io")
 
 #: The training objects, in the order a name is looked up.
-TRAINING = (JOB, PYTORCHJOB)
-BY_KIND = {k.kind: k for k in (JOB, PYTORCHJOB, SERVICE, CONFIGMAP, POD, ENDPOINTSLICE,
+TRAINING: tuple[Kind, ...] = backends.KINDS
+BY_KIND = {k.kind: k for k in (*TRAINING, SERVICE, CONFIGMAP, POD, ENDPOINTSLICE,
                                 WORKLOAD, PODGROUP)}
 
 

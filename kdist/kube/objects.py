@@ -1,66 +1,31 @@
 """Reading Kubernetes API objects (plain dicts, as the API sends them): pure functions.
 
-What a job's pods, phase, ranks and log records are, for both backends; no
+What a job's pods, phase, ranks and log records are, for every backend; no
 I/O, no clock. The tracker, the watch and the CLI's tables read objects here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from kdist import backends
+from kdist.backends.base import count  # noqa: F401 (read here)
 from kdist.shared import labels as L
 from kdist.shared.errors import ClusterError
-from kdist.shared.limits import MAX_NODES
 from kdist.shared.records import parse_record, parse_time  # noqa: F401 (read here)
 from kdist.shared.terminal import escape
 
 SUCCEEDED, FAILED, DELETED = "Succeeded", "Failed", "Deleted"
-
-# Terminal conditions (status "True") per kind. FailureTarget/SuccessCriteriaMet come
-# first on recent Kubernetes (1.31+); Failed/Complete only once every pod has stopped.
-_TERMINAL = {
-    "Job": {"Complete": SUCCEEDED, "SuccessCriteriaMet": SUCCEEDED,
-            "Failed": FAILED, "FailureTarget": FAILED},
-    "PyTorchJob": {"Succeeded": SUCCEEDED, "Failed": FAILED},
-}
 IMAGE_PULL_REASONS = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"}
 CONFIG_ERROR_REASONS = {"CreateContainerConfigError", "CreateContainerError", "RunContainerError"}
 
 
-
-
 def pod_rank(pod: dict[str, Any]) -> int | None:
-    """A pod's node rank from its labels (never from its name).
-
-    Indexed Job: the completion index (label, or annotation on older clusters).
-    PyTorchJob: master is 0, worker i is i + 1.
-    """
+    """A pod's node rank from its labels (never from its name), as its backend lays
+    ranks out (`kdist.backends`)."""
     meta = pod.get("metadata") or {}
-    labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
-    index = labels.get(L.COMPLETION_INDEX, annotations.get(L.COMPLETION_INDEX))
-    if index is not None:
-        return _rank_int(index)
-    replica_type = (labels.get(L.KF_REPLICA_TYPE) or "").lower()
-    replica_index = _rank_int(labels.get(L.KF_REPLICA_INDEX))
-    if replica_type == "master":
-        return 0
-    if replica_type == "worker" and replica_index is not None and \
-            replica_index + 1 < MAX_NODES:
-        return replica_index + 1
-    return None
-
-
-def _rank_int(value: Any) -> int | None:
-    """A rank kdist can have (0 to MAX_NODES - 1), else None: a pod labelled otherwise is
-    not one of kdist's ranks."""
-    if isinstance(value, bool) or not isinstance(value, (int, str)) or \
-            (isinstance(value, str) and not (value.isascii() and value.isdigit()
-                                             and len(value) <= 6)):
-        return None
-    rank = int(value)
-    return rank if 0 <= rank < MAX_NODES else None
+    return backends.pod_rank(meta.get("labels") or {}, meta.get("annotations") or {})
 
 
 def pod_selector(job: dict[str, Any]) -> str:
@@ -69,21 +34,15 @@ def pod_selector(job: dict[str, Any]) -> str:
     name = meta.get("name", "")
     if (meta.get("labels") or {}).get(L.JOB_NAME) == name:
         return L.selector_string(name)
-    if job.get("kind") == "PyTorchJob":
-        return f"{L.KF_JOB_NAME}={name}"
-    return f"batch.kubernetes.io/job-name={name}"
+    return backends.of(job).own_pod_selector(name)
 
 
 def job_kind_backend(obj: dict[str, Any]) -> tuple[str, str]:
-    kind = obj.get("kind", "")
-    return kind, "pytorchjob" if kind == "PyTorchJob" else "indexed-job"
+    return obj.get("kind", ""), backends.of(obj).name
 
 
 def job_pod_templates(obj: dict[str, Any]) -> list[dict[str, Any]]:
-    spec = obj.get("spec") or {}
-    if obj.get("kind") == "PyTorchJob":
-        return [r.get("template") or {} for r in (spec.get("pytorchReplicaSpecs") or {}).values()]
-    return [spec.get("template") or {}]
+    return backends.of(obj).pod_templates(obj)
 
 
 #: The container restart rule action that restarts a pod in place (KEP-5532).
@@ -118,62 +77,7 @@ def job_nodes(obj: dict[str, Any]) -> int | None:
 def checked_job_nodes(obj: dict[str, Any]) -> int | None:
     """How many node ranks the job has (None when it does not say); ClusterError when the
     object says more than kdist's MAX_NODES, or not a count at all."""
-    spec: dict[str, Any] = obj.get("spec") or {}
-    if obj.get("kind") == "PyTorchJob":
-        reps = spec.get("pytorchReplicaSpecs") or {}
-        if not isinstance(reps, dict):
-            raise _bad_answer(obj, "spec.pytorchReplicaSpecs", reps)
-        total = 0
-        for rtype, r in reps.items():
-            value = r.get("replicas", 1) if isinstance(r, dict) else r
-            where = f"spec.pytorchReplicaSpecs.{rtype}.replicas"
-            total += _count(obj, where, 1 if value is None else value, minimum=0)
-        return _count(obj, "spec.pytorchReplicaSpecs (replicas in all)", total) if total \
-            else None
-    value = spec.get("completions")
-    return None if value is None else _count(obj, "spec.completions", value)
-
-
-def _count(obj: dict[str, Any], where: str, value: Any, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or \
-            not minimum <= value <= MAX_NODES:
-        raise _bad_answer(obj, where, value)
-    return value
-
-
-def _bad_answer(obj: dict[str, Any], where: str, value: Any) -> ClusterError:
-    meta: dict[str, Any] = obj.get("metadata") or {}
-    shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
-    return ClusterError(
-        f"the cluster's {obj.get('kind') or 'job'} {meta.get('name', '?')} in namespace "
-        f"{meta.get('namespace', '?')} says {where} is {shown}: not a node count a kdist "
-        f"job can have (1 to {MAX_NODES}); kdist does not follow it")
-
-
-def max_steps_from_args(args: Iterable[str]) -> int | None:
-    """`--max-steps N` / `--max-steps=N` in a workload's arguments, if present."""
-    args = list(args)
-    for i, a in enumerate(args):
-        value = None
-        if a == "--max-steps" and i + 1 < len(args):
-            value = args[i + 1]
-        elif a.startswith("--max-steps="):
-            value = a.split("=", 1)[1]
-        if value is not None:
-            try:
-                return int(value)
-            except ValueError:
-                return None
-    return None
-
-
-def job_max_steps(obj: dict[str, Any]) -> int | None:
-    for template in job_pod_templates(obj):
-        for c in (template.get("spec") or {}).get("containers") or []:
-            steps = max_steps_from_args([*(c.get("command") or []), *(c.get("args") or [])])
-            if steps is not None:
-                return steps
-    return None
+    return backends.of(obj).nodes(obj)
 
 
 def job_phase(obj: dict[str, Any]) -> str:
@@ -183,14 +87,11 @@ def job_phase(obj: dict[str, Any]) -> str:
         return done[0]
     status = obj.get("status") or {}
     conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
-    if conditions.get("Suspended") == "True" or (obj.get("spec") or {}).get("suspend") or \
-            ((obj.get("spec") or {}).get("runPolicy") or {}).get("suspend"):
+    if conditions.get("Suspended") == "True" or backends.of(obj).suspended(obj):
         # A suspended job with a queue label waits for Kueue's admission.
         return "Queued" if ((obj.get("metadata") or {}).get("labels") or {}).get(L.QUEUE) \
             else "Suspended"
-    if obj.get("kind") == "PyTorchJob":
-        return "Running" if conditions.get("Running") == "True" else "Pending"
-    return "Running" if count(status.get("ready")) > 0 else "Pending"
+    return "Running" if backends.of(obj).running(obj, conditions) else "Pending"
 
 
 def workload_state(workload: dict[str, Any]) -> tuple[str, str]:
@@ -252,7 +153,8 @@ def gang_state(podgroup: dict[str, Any]) -> tuple[str, int | None, str]:
 
 def terminal_condition(obj: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
     """(Succeeded|Failed, the condition) when the job object says it is over."""
-    table = _TERMINAL.get(obj.get("kind", ""), {})
+    backend = backends.of_kind(obj.get("kind", ""))
+    table = backend.terminal if backend is not None else {}
     conditions = (obj.get("status") or {}).get("conditions") or []
     # Failure wins if both appear (a Job can carry FailureTarget then Failed).
     for want in (FAILED, SUCCEEDED):
@@ -272,7 +174,7 @@ class PodView:
     reason: str
     node: str
     restarts: int
-    earlier_pods: int  # the rank's pods before this one, as the Job controller counts them
+    earlier_pods: int  # the rank's pods before this one, as its controllers count them
     exit_code: int | None
     finished_at: str | None
     said: str
@@ -280,16 +182,6 @@ class PodView:
     last_exit: tuple[int, str, str] | None
     running: bool
     started: bool  # the main container has run (logs can be read)
-
-
-def count(value: Any) -> int:
-    """A count from the cluster (restarts, ready pods): a non-negative int, else 0."""
-    if isinstance(value, bool) or not isinstance(value, (int, str)) or len(str(value)) > 18:
-        return 0
-    try:
-        return max(0, int(value))
-    except ValueError:
-        return 0
 
 
 def last_words(message: str, limit: int = 300) -> str:
@@ -354,7 +246,8 @@ def pod_view(pod: dict[str, Any]) -> PodView:
         rank=pod_rank(pod), created=meta.get("creationTimestamp") or "", phase=escape(phase),
         reason=escape(reason), node=escape((pod.get("spec") or {}).get("nodeName") or ""),
         restarts=count((cs or {}).get("restartCount")),
-        earlier_pods=sum(count(annotations.get(k)) for k in L.INDEX_FAILURES), exit_code=exit_code,
+        earlier_pods=backends.earlier_pods(meta.get("labels") or {}, annotations),
+        exit_code=exit_code,
         finished_at=finished, said=escape(said), last_exit=last_exit,
         running="running" in state,
         started="running" in state or "terminated" in state,

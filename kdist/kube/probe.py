@@ -18,15 +18,16 @@ from urllib.parse import quote
 from kdist.kube import kinds
 from kdist.kube.config import ClusterOptions, KubeConfig, resolve_namespace
 from kdist.kube.errors import Unreachable
-from kdist.kube.features import features, served_features
+from kdist.kube.features import OPERATED, features, served_features
 from kdist.kube.verdict import FAIL, OK, SKIPPED, UNKNOWN, Ask, Verdict, ask_raw
 from kdist.rendering.addons import RULES
 from kdist.shared.errors import KdistError
 
 #: The checks after the connection, in order: named as "skipped" when it fails.
-LATER = ("namespace", "access", "pytorchjob", "jobset", "kueue", "restart rules")
+LATER = ("namespace", "access", *(b.name for b in OPERATED), "jobset", "kueue",
+         "restart rules")
 #: Rules of kdist's Role asked about only where the cluster serves the resource.
-_NEEDS = {"pytorchjobs": "pytorchjob", "workloads": "kueue"}
+_NEEDS = {**{b.kind.plural: b.name for b in OPERATED}, "workloads": "kueue"}
 RBAC_FIX = ("an admin applies kdist's Role (manifests/rbac.yaml, namespace {ns}) and binds "
             "it to you: kubectl -n {ns} create rolebinding kdist-YOU --role kdist-submitter "
             "--user YOU")

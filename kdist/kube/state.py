@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from kdist.kube.objects import DELETED, job_pod_templates
+from kdist.kube.objects import DELETED
 from kdist.shared import exitcodes
 from kdist.shared.terminal import escape
 
@@ -206,14 +206,3 @@ def _severity(f: Failure) -> int:
     if f.exit_code == exitcodes.RESTARTS_SPENT and f"(exit {exitcodes.PEER_LOST}:" in f.said:
         return exitcodes.severity(exitcodes.PEER_LOST)
     return exitcodes.severity(f.exit_code)
-
-
-def template_env(obj: dict[str, Any], name: str) -> str:
-    """A variable of the job's pod template env (KDIST_CODE_SHA256: the shipped code's hash,
-    KDIST_MAX_RESTARTS); "" when it is not there."""
-    for template in job_pod_templates(obj):
-        for c in (template.get("spec") or {}).get("containers") or []:
-            for e in c.get("env") or []:
-                if e.get("name") == name and isinstance(e.get("value"), str):
-                    return e["value"]
-    return ""

@@ -27,7 +27,6 @@ from kdist.kube.objects import (
     gang_of,
     gang_state,
     job_kind_backend,
-    job_max_steps,
     parse_record,
     parse_time,
     pod_view,
@@ -35,9 +34,8 @@ from kdist.kube.objects import (
     terminal_condition,
     workload_state,
 )
-from kdist.kube.state import Failure, JobState, RankState, template_env
-from kdist.shared import env as E
-from kdist.shared import exitcodes
+from kdist.kube.state import Failure, JobState, RankState
+from kdist.shared import exitcodes, facts
 from kdist.shared.ledger import ANNOTATION as LEDGER
 from kdist.shared.ledger import Ledger, in_process_restart
 from kdist.shared.ledger import parse as parse_ledger
@@ -126,10 +124,10 @@ class Tracker:
         s.kind, s.backend = job_kind_backend(obj)
         # Bounded by kdist's own limits: ranks are made for every node up front.
         s.nodes = checked_job_nodes(obj) or s.nodes
-        s.max_steps = job_max_steps(obj)
-        s.code, s.runtime = template_env(obj, E.CODE_SHA256), template_env(obj, E.RUNTIME_SHA256)
-        m = template_env(obj, E.MAX_RESTARTS)
-        s.max_restarts = count(m) if m.isascii() and m.isdigit() else None
+        # What the spec said, as rendered (kdist.shared.facts).
+        said = facts.read(meta.get("annotations"))
+        s.max_steps, s.max_restarts = said.max_steps, said.max_restarts
+        s.code, s.runtime = said.code, said.runtime
         s.restart_mode = restart_mode_of(obj)
         s.gang = escape(gang_of(obj)) or s.gang
         self._saved_ledger = parse_ledger((meta.get("annotations") or {}).get(LEDGER))
@@ -140,9 +138,8 @@ class Tracker:
             self._gang_restarts = used
             for r in list(self.state.ranks):
                 self._refresh_rank(r)
-        # "auto" (one per GPU) is unknown here; not said at all: the spec's default, 1.
-        p = template_env(obj, E.NPROC_PER_NODE) or "1"
-        s.procs_per_node = (count(p) or None) if p.isascii() and p.isdigit() else None
+        # "auto" (one per GPU) is unknown here.
+        s.procs_per_node = said.procs_per_node
         s.created = meta.get("creationTimestamp") or s.created
         for r in range(s.nodes or 0):
             s.rank(r)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from kdist import backends
+
 NAMESPACE = "kdist-jobs"
 SERVICE_ACCOUNT = "kdist-submitter"
 _LABELS = {"app.kubernetes.io/name": "kdist", "app.kubernetes.io/managed-by": "kdist"}
@@ -11,16 +13,9 @@ _LABELS = {"app.kubernetes.io/name": "kdist", "app.kubernetes.io/managed-by": "k
 # Exactly what kdist's verbs call: submit (create + ownerReference), watch,
 # status/list, logs, delete (foreground, then wait until gone); patch: the watch keeps
 # the goodput ledger on the training object (kdist.shared.ledger).
+# Each training kind's rules are its backend's (kdist.backends).
 RULES: list[dict[str, Any]] = [
-    {"apiGroups": ["batch"], "resources": ["jobs"],
-     "verbs": ["create", "get", "list", "watch", "patch", "delete"]},
-    {"apiGroups": ["kubeflow.org"], "resources": ["pytorchjobs"],
-     "verbs": ["create", "get", "list", "watch", "patch", "delete"]},
-    {"apiGroups": [""], "resources": ["services"],
-     "verbs": ["create", "get", "list", "watch", "delete"]},
-    # `kdist delete` waits until the Service's EndpointSlices are gone too.
-    {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"],
-     "verbs": ["list", "watch"]},
+    *backends.rbac_rules(),
     # spec.workdir's code: created with the job; `kdist delete` lists the ones no
     # object owns (applied with kubectl) to delete them, then watches until all are gone.
     {"apiGroups": [""], "resources": ["configmaps"],

@@ -8,7 +8,6 @@ import math
 from collections.abc import Mapping
 
 from kdist.shared import env as E
-from kdist.shared import labels as L
 from kdist.spec.model import TrainingJob
 from kdist.spec.quantity import parse_quantity
 
@@ -37,19 +36,13 @@ def omp_threads(job: TrainingJob) -> int:
     return max(1, math.floor(cpus / procs_hint(job)))
 
 
-def master_service_addr(job: TrainingJob) -> str:
-    """Node 0's stable DNS name behind the headless Service (Indexed Job backend)."""
-    name = job.metadata.name
-    return f"{name}-0.{name}"
-
-
 def env_contract(
     job: TrainingJob, *, node_rank: int | None, master_addr: str | None
 ) -> dict[str, str]:
     """KDIST_* variables, OMP_NUM_THREADS, then the user's env (which may override OMP).
 
-    `node_rank`/`master_addr` are None where the pod learns them elsewhere
-    (a fieldRef on Indexed Jobs, the training operator's env on PyTorchJobs).
+    `node_rank`/`master_addr` are None where the pod learns them elsewhere (its
+    backend's `rank_env`, or its operator's env).
     """
     s = job.spec
     env = {
@@ -75,22 +68,24 @@ def env_contract(
     return env
 
 
-def field_env(job: TrainingJob) -> list[dict[str, str]]:
-    """Env read from the pod's own annotations (downward API): [{name, path}].
+def pod_env(job: TrainingJob, *, node_rank: int | None, master_addr: str | None,
+            code_sha256: str | None = None, runtime_sha256: str | None = None,
+            local: bool = False) -> dict[str, str]:
+    """A pod's (or, `local`, a local node's) whole literal env, assembled here once:
+    the contract, the shipped code's and runtime's digests, the GPU defaults and, in a
+    pod, the socket interface (a local run talks over loopback: a pod's interface name
+    would not exist here)."""
+    from kdist.rendering import podspec
 
-    Indexed Job: the node rank is the completion index; with restarts allowed,
-    the Job controller's failure counts of the index, from which the launcher
-    tells which restart this is (kdist.runtime.restarts). A PyTorchJob's
-    operator injects what its pods need.
-    """
-    if job.spec.backend != "indexed-job":
-        return []
-    out = [{"name": E.NODE_RANK, "path": L.COMPLETION_INDEX}]
-    if job.spec.distributed.max_restarts:
-        failed, ignored = L.INDEX_FAILURES
-        out += [{"name": E.INDEX_FAILURES, "path": failed},
-                {"name": E.INDEX_IGNORED_FAILURES, "path": ignored}]
-    return [{"name": e["name"], "path": f"metadata.annotations['{e['path']}']"} for e in out]
+    env = env_contract(job, node_rank=node_rank, master_addr=master_addr)
+    if code_sha256 is not None:
+        env[E.CODE_SHA256] = code_sha256
+    if runtime_sha256 is not None:
+        env[E.RUNTIME_SHA256] = runtime_sha256
+    env.update(podspec.gpu_env(job, env))
+    if not local:
+        env.update(podspec.socket_env(job, env))
+    return env
 
 
 def expand_refs(text: str, env: Mapping[str, str]) -> str:

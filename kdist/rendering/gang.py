@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kdist import backends
 from kdist.rendering.labels import object_labels
 from kdist.shared.errors import RenderError
 from kdist.spec.model import TrainingJob
@@ -36,7 +37,8 @@ API_VERSION = "scheduling.k8s.io/v1beta1"
 def can_gang(job: TrainingJob) -> bool:
     """Whether the spec allows a native gang at all (Indexed Job, no Kueue queue, not none)."""
     s = job.spec
-    return s.backend == "indexed-job" and not s.scheduling.queue and s.distributed.gang != NONE
+    return backends.get(s.backend).native_gang and not s.scheduling.queue and \
+        s.distributed.gang != NONE
 
 
 def resolve(job: TrainingJob, served: bool = False) -> str:
@@ -74,8 +76,8 @@ def apply(job: TrainingJob, mode: str, ctx: dict[str, Any]) -> list[dict[str, An
         raise RenderError(f"gang {mode!r} is not one of {', '.join(MODES)}")
     if mode == NONE:
         return []
-    if job.spec.backend != "indexed-job":
-        raise RenderError("gang native needs backend indexed-job")
+    if not backends.get(job.spec.backend).native_gang:
+        raise RenderError(f"gang native needs backend {backends.able('native_gang')}")
     if job.spec.scheduling.queue:
         raise RenderError("gang native with scheduling.queue: Kueue admits the job whole")
     ctx["pod_spec"]["scheduling_group"] = {"podGroupName": podgroup_name(job)}

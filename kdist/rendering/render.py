@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Any
 import jinja2
 import yaml
 
-from kdist.rendering import gang, overlay, podspec, restarts, runtime_ship
-from kdist.rendering.contract import env_contract, field_env, launch_argv, master_service_addr
+from kdist import backends
+from kdist.rendering import facts, gang, overlay, podspec, restarts, runtime_ship
+from kdist.rendering.contract import launch_argv, pod_env
 from kdist.rendering.labels import object_labels
 from kdist.rendering.template_cache import bytecode_cache
 from kdist.rendering.yamlout import dump_objects
@@ -47,7 +48,9 @@ def yaml_quote(value: Any) -> str:
 @lru_cache(maxsize=1)
 def _env() -> jinja2.Environment:
     env = jinja2.Environment(
-        loader=jinja2.PackageLoader("kdist.rendering", "templates"),
+        # The shared pod template here; each training kind's own in kdist.backends.
+        loader=jinja2.ChoiceLoader([jinja2.PackageLoader("kdist.rendering", "templates"),
+                                    jinja2.PackageLoader("kdist.backends", "templates")]),
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
@@ -85,11 +88,7 @@ def render(job: TrainingJob, code: Packed | None = None,
     ctx = _context(job, code, configmaps, runtime)
     restarts.apply(job, mode, ctx)
     podgroups = gang.apply(job, gang_mode or gang.resolve(job), ctx)
-    if job.spec.backend == "pytorchjob":
-        names = ["pytorchjob.yaml.j2"]
-    else:
-        names = ["job.yaml.j2", "service.yaml.j2"]
-    objects = [_render_one(name, ctx) for name in names]
+    objects = [_render_one(name, ctx) for name in backends.get(job.spec.backend).templates]
     _check(job, objects, ctx)
     _check_code(job, objects, configmaps)
     _apply_overlay(job, objects[0])
@@ -127,22 +126,17 @@ def _context(job: TrainingJob, code: Packed | None = None,
              configmaps: list[dict[str, Any]] | None = None,
              runtime: runtime_ship.Runtime | None = None) -> dict[str, Any]:
     s, name = job.spec, job.metadata.name
-    indexed = s.backend == "indexed-job"
+    backend = backends.get(s.backend)
     job_labels = object_labels(job, "training")
     if s.scheduling.queue:
         job_labels[L.QUEUE] = s.scheduling.queue
     argv = launch_argv(job)
-    master = master_service_addr(job) if indexed else None
-    env = env_contract(job, node_rank=None, master_addr=master)
-    if code is not None:
-        env[E.CODE_SHA256] = code.sha256
-    if runtime is not None:
-        env[E.RUNTIME_SHA256] = runtime.sha256
-    env.update(podspec.gpu_env(job, env))
-    env.update(podspec.socket_env(job, env))
+    env = pod_env(job, node_rank=None, master_addr=backend.master_addr(name),
+                  code_sha256=code.sha256 if code is not None else None,
+                  runtime_sha256=runtime.sha256 if runtime is not None else None)
     pod = {
         "labels": object_labels(job, "worker"),
-        "subdomain": name if indexed else "",
+        "subdomain": backend.subdomain(name),
         "restart_policy": "Never",
         "restart_rule": None,  # restarts in place: kdist.rendering.restarts
         "scheduling_group": None,  # a native gang's PodGroup: kdist.rendering.gang
@@ -155,10 +149,11 @@ def _context(job: TrainingJob, code: Packed | None = None,
         "image": s.image,
         "command": _command(argv, runtime),
         "args": argv[3:],
-        "port_name": "rendezvous" if indexed else "pytorchjob-port",
+        "port_name": backend.port_name,
         "port": s.distributed.port,
         "env": [{"name": k, "value": v} for k, v in env.items()],
-        "field_env": field_env(job),  # the node rank and restart counts (Indexed Job)
+        # The node rank and restart counts, where the kind's pods read them off themselves.
+        "field_env": backend.rank_env(s.distributed.max_restarts),
         "env_from": [e.model_dump(by_alias=True, exclude_none=True) for e in s.env_from],
         "resources": _resources(job),
         "volume_mounts": _mounts(job) + _code_mounts(configmaps) + _runtime_mounts(runtime)
@@ -167,8 +162,7 @@ def _context(job: TrainingJob, code: Packed | None = None,
         + podspec.volumes(job),
         **podspec.pod_fields(job),
     }
-    workers = s.nodes - 1
-    return {
+    ctx = {
         "name": name,
         "namespace": job.metadata.namespace,
         "job_labels": job_labels,
@@ -182,13 +176,15 @@ def _context(job: TrainingJob, code: Packed | None = None,
         "ttl_seconds_after_finished": s.ttl_seconds_after_finished,
         "active_deadline_seconds": s.active_deadline_seconds,
         "nproc_per_node": str(s.procs_per_node),
-        "replicas": [{"type": "Master", "count": 1}]
-        + ([{"type": "Worker", "count": workers}] if workers else []),
         "pod_spec": pod,
         # Kueue admits a queued job by unsuspending it: no pod starts before the
         # whole job has quota (all-or-nothing admission).
         "suspend": bool(s.scheduling.queue),
+        # What the watch reads back (kdist.kube.tracker), said once, here.
+        "facts": facts.of(job, code_sha256=code.sha256 if code is not None else None,
+                          runtime_sha256=runtime.sha256 if runtime is not None else None),
     }
+    return {**ctx, **backend.context(ctx)}
 
 
 def _command(argv: list[str], runtime: runtime_ship.Runtime | None) -> list[str]:
@@ -295,7 +291,7 @@ def _check_code(job: TrainingJob, objects: list[dict[str, Any]],
 
 def _check(job: TrainingJob, objects: list[dict[str, Any]], ctx: dict[str, Any]) -> None:
     """Parse-back check: every user value landed exactly where meant, nothing more."""
-    want_kinds = ["PyTorchJob"] if job.spec.backend == "pytorchjob" else ["Job", "Service"]
+    want_kinds = backends.get(job.spec.backend).rendered_kinds()
     if [o.get("kind") for o in objects] != want_kinds:
         raise RenderError(f"rendered kinds {[o.get('kind') for o in objects]} != {want_kinds}")
     for obj in objects:
@@ -320,9 +316,10 @@ def _check(job: TrainingJob, objects: list[dict[str, Any]], ctx: dict[str, Any])
 
 
 def _pod_templates(obj: dict[str, Any]) -> list[dict[str, Any]]:
-    if obj["kind"] == "PyTorchJob":
-        return [r["template"] for r in obj["spec"]["pytorchReplicaSpecs"].values()]
-    return [obj["spec"]["template"]]
+    backend = backends.of_kind(obj["kind"])
+    if backend is None:
+        raise RenderError(f"rendered a {obj['kind']}, not a training object")
+    return backend.pod_templates(obj)
 
 
 def to_yaml(objects: list[dict[str, Any]]) -> str:

@@ -1,7 +1,7 @@
 """How a rendered gang restarts (``distributed.restartMode``): new pods, or in place.
 
 ``recreate``: a failed pod fails, the Job controller makes a new one
-(``backoffLimitPerIndex`` counts them), the training operator likewise.
+(the Job's per-index backoff limit counts them), the training operator likewise.
 
 ``inPlace`` (Indexed Job only): the ``pytorch`` container carries a restart rule
 (KEP-5307's ``restartPolicyRules``) with the ``RestartAllContainers`` action
@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kdist import backends
 from kdist.shared import env as E
 from kdist.shared import exitcodes
 from kdist.shared.errors import RenderError
@@ -44,7 +45,8 @@ ACTION = "RestartAllContainers"
 
 def can_restart_in_place(job: TrainingJob) -> bool:
     """Whether the spec allows in place at all (Indexed Job, restartMode not recreate)."""
-    return job.spec.backend == "indexed-job" and job.spec.distributed.restart_mode != RECREATE
+    return backends.get(job.spec.backend).in_place_restarts and \
+        job.spec.distributed.restart_mode != RECREATE
 
 
 def resolve(job: TrainingJob, cluster: bool = False) -> str:
@@ -74,8 +76,9 @@ def apply(job: TrainingJob, mode: str, ctx: dict[str, Any]) -> None:
         raise RenderError(f"restart mode {mode!r} is not one of {', '.join(MODES)}")
     if mode == RECREATE:
         return
-    if job.spec.backend != "indexed-job":
-        raise RenderError("restart mode inPlace needs backend indexed-job")
+    if not backends.get(job.spec.backend).in_place_restarts:
+        raise RenderError("restart mode inPlace needs backend "
+                          f"{backends.able('in_place_restarts')}")
     pod = ctx["pod_spec"]
     pod["restart_rule"] = rule()
     pod["env"].append({"name": E.RESTART_DIR, "value": E.DEFAULT_RESTART_DIR})

@@ -31,6 +31,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from kdist import backends
+
 RESTRICTED, BASELINE, PRIVILEGED = "restricted", "baseline", "privileged"
 
 #: The Kubernetes minor kdist targets (the test cluster runs v1.37.2).
@@ -144,13 +146,10 @@ def assess(objects: list[dict[str, Any]], version: tuple[int, int] = TARGET) -> 
 
 def _pods(objects: list[dict[str, Any]]) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
     for obj in objects:
-        if obj.get("kind") == "Job":
-            templates = [obj["spec"]["template"]]
-        elif obj.get("kind") == "PyTorchJob":
-            templates = [r["template"] for r in obj["spec"]["pytorchReplicaSpecs"].values()]
-        else:
+        backend = backends.of_kind(obj.get("kind", ""))
+        if backend is None:
             continue
-        for t in templates:
+        for t in backend.pod_templates(obj):
             yield t.get("metadata") or {}, t.get("spec") or {}
 
 

@@ -17,10 +17,8 @@ from kdist.shared import env as E
 from kdist.shared.errors import LaunchError
 from kdist.shared.limits import MAX_NODES, MAX_PROCS_PER_NODE
 
-DEFAULT_PORT = 29500
-DEFAULT_RDZV_TIMEOUT_S = 300
-# A dead peer must fail the job in minutes, not in torch's default 30 min.
-DEFAULT_PG_TIMEOUT_S = 300
+DEFAULT_PORT, DEFAULT_RDZV_TIMEOUT_S = E.DEFAULT_PORT, E.DEFAULT_RDZV_TIMEOUT_S
+DEFAULT_PG_TIMEOUT_S = E.DEFAULT_PG_TIMEOUT_S
 BACKENDS = ("nccl", "gloo")
 REFUSED_RETRY_S = 0.2
 

@@ -17,6 +17,11 @@ MAX_RESTARTS = "KDIST_MAX_RESTARTS"
 RDZV_TIMEOUT = "KDIST_RDZV_TIMEOUT"
 PG_TIMEOUT = "KDIST_PG_TIMEOUT"
 CHECKPOINT_DIR = "KDIST_CHECKPOINT_DIR"
+# The defaults of the spec (spec.distributed) and of the launcher when a variable is unset.
+DEFAULT_PORT = 29500
+DEFAULT_RDZV_TIMEOUT_S = 300
+# A dead peer must fail the job in minutes, not in torch's default 30 min.
+DEFAULT_PG_TIMEOUT_S = 300
 #: GPUs the pod requested (resources.gpus), set with procsPerNode auto: the launcher
 #: starts that many workers instead of counting what the runtime happens to expose.
 GPUS = "KDIST_GPUS"

@@ -70,7 +70,7 @@ class ClusterError(KdistError):
 
 
 class OperatorMissing(ClusterError):
-    """The cluster has no kubeflow.org/v1 PyTorchJob resource."""
+    """The cluster does not serve a backend's training kind (its operator is not installed)."""
 
 
 class RenderError(KdistError):

@@ -27,13 +27,10 @@ SUBMISSION = f"{DOMAIN}/submission"
 
 # Where the rank of a pod can be read, per backend.
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
-# The Job controller's count of an index's earlier pods that failed (backoffLimitPerIndex),
+# The Job controller's count of an index's earlier pods that failed (its per-index limit),
 # counted and not counted: a deleted pod is gone, this remembers it.
 INDEX_FAILURES = ("batch.kubernetes.io/job-index-failure-count",
                   "batch.kubernetes.io/job-index-ignored-failure-count")
-KF_REPLICA_TYPE = "training.kubeflow.org/replica-type"
-KF_REPLICA_INDEX = "training.kubeflow.org/replica-index"
-KF_JOB_NAME = "training.kubeflow.org/job-name"
 
 #: Keys a user's labels may not set: the ones kdist sets, and the ones the Job
 #: controller owns (it refuses or overwrites them). Other app.kubernetes.io/*

@@ -12,6 +12,7 @@ import re
 from decimal import Decimal
 from typing import Any
 
+from kdist import backends
 from kdist.shared import env as E
 from kdist.shared.labels import is_reserved
 from kdist.shared.names import DNS1123_LABEL, DNS1123_SUBDOMAIN, job_name_problem
@@ -253,11 +254,20 @@ GANG_DOC = (
     "(Kueue admits a queued job whole already).")
 
 
+def in_place(restart_mode: str, backend: str) -> None:
+    """distributed.restartMode inPlace only on a backend whose pods restart where they are."""
+    b = backends.get(backend)
+    if restart_mode == "inPlace" and not b.in_place_restarts:
+        raise ValueError(f"distributed.restartMode inPlace needs backend "
+                         f"{backends.able('in_place_restarts')} ({b.no_in_place_why}); "
+                         "use auto or recreate")
+
+
 def native_gang(gang: str, backend: str, queue: str) -> None:
     """distributed.gang native only where kdist can render one (kdist.rendering.gang)."""
-    if gang == "native" and backend != "indexed-job":
-        raise ValueError("distributed.gang native needs backend indexed-job (the training "
-                         "operator's PyTorchJob drops a pod's schedulingGroup); use auto or none")
+    if gang == "native" and not backends.get(backend).native_gang:
+        raise ValueError(f"distributed.gang native needs backend {backends.able('native_gang')} "
+                         f"({backends.get(backend).no_gang_why}); use auto or none")
     if gang == "native" and queue:
         raise ValueError("distributed.gang native with scheduling.queue: Kueue admits the "
                          "queued job's pods all at once already; use auto or none")

@@ -11,6 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from kdist import backends
 from kdist.shared.errors import SpecError
 from kdist.spec import workloads as W
 from kdist.spec.checks import ENV_NAME
@@ -42,9 +43,9 @@ def advice(job: TrainingJob, *, local: bool = False) -> list[str]:
     if s.distributed.max_restarts and ephemeral:
         out.append("spec.checkpoint.volume: an emptyDir is new with every pod, so a restarted "
                    "job starts from step 0; use a persistentVolumeClaim every pod mounts")
-    if s.backend == "pytorchjob" and s.distributed.max_restarts and not s.active_deadline_seconds:
-        out.append("spec.distributed.maxRestarts: the Kubeflow training operator (v1.9) does not "
-                   "bound a PyTorchJob's restarts (exit >= 128) by it; set "
+    unbounded = backends.get(s.backend).unbounded_restarts
+    if unbounded and s.distributed.max_restarts and not s.active_deadline_seconds:
+        out.append(f"spec.distributed.maxRestarts: {unbounded}; set "
                    "spec.activeDeadlineSeconds to bound a job that keeps failing")
     return out
 

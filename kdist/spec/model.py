@@ -19,6 +19,8 @@ from pydantic import (
     model_validator,
 )
 
+from kdist import backends
+from kdist.shared import env as E
 from kdist.shared.limits import MAX_NODES, MAX_PROCS_PER_NODE
 from kdist.spec import checks as C
 from kdist.spec.affinity import Affinity, TopologySpreadConstraint
@@ -105,7 +107,7 @@ class Distributed(_Model):
         default="auto",
         description="The process-group backend; auto = nccl with GPUs, gloo without.")
     port: Annotated[StrictInt, Field(ge=1024, le=65535)] = Field(
-        default=29500, description="The master's port: rendezvous and torch's store.")
+        default=E.DEFAULT_PORT, description="The master's port: rendezvous and torch's store.")
     max_restarts: Annotated[StrictInt, Field(ge=0, le=100)] = Field(
         default=0, description="Whole-job restarts after infrastructure failures (a kill, a lost "
         "pod or peer, a hang), each resuming from the newest checkpoint.")
@@ -120,11 +122,11 @@ class Distributed(_Model):
         "themselves across the gang (no container restarted); false = the containers restart.")
     gang: Literal["auto", "native", "none"] = Field(default="auto", description=C.GANG_DOC)
     rendezvous_timeout_seconds: Annotated[StrictInt, Field(ge=1, le=86400)] = Field(
-        default=300, description="How long a node waits for the others to arrive (also after a "
-        "restart) before the job fails.")
+        default=E.DEFAULT_RDZV_TIMEOUT_S, description="How long a node waits for the others to "
+        "arrive (also after a restart) before the job fails.")
     collective_timeout_seconds: Annotated[StrictInt, Field(ge=1, le=86400)] = Field(
-        default=300, description="How long a collective waits on a silent peer (torch's default "
-        "process-group timeout, for any script).")
+        default=E.DEFAULT_PG_TIMEOUT_S, description="How long a collective waits on a silent "
+        "peer (torch's default process-group timeout, for any script).")
     # The hang watchdog lives in kdist.runtime.watchdog.
     progress_timeout_seconds: Annotated[StrictInt, Field(ge=0, le=86400)] = Field(
         default=0, description="Hang watchdog: no rank printed anything for this long -> the gang "
@@ -309,9 +311,9 @@ class Scheduling(_Model):
 class JobSpec(_Model):
     """What runs, on how many pods, with what."""
 
-    backend: Literal["indexed-job", "pytorchjob"] = Field(
-        default="indexed-job", description="indexed-job: an Indexed Job + headless Service (any "
-        "cluster); pytorchjob: a Kubeflow PyTorchJob (the training operator).")
+    backend: Literal[backends.NAMES] = Field(  # type: ignore[valid-type]
+        default=backends.DEFAULT, description="; ".join(
+            f"{b.name}: {b.summary}" for b in backends.BACKENDS) + ".")
     image: str = Field(description="Any image with Python >= 3.10, torch 2.8-2.15 and your "
                        "dependencies (see runtime).")
     runtime: Literal["auto", "image", "shipped"] = Field(default="auto", description=(
@@ -390,10 +392,7 @@ class JobSpec(_Model):
                 f"procsPerNode {self.procs_per_node} exceeds resources.gpus "
                 f"{self.resources.gpus}: each process drives one GPU"
             )
-        if self.distributed.restart_mode == "inPlace" and self.backend != "indexed-job":
-            raise ValueError("distributed.restartMode inPlace needs backend indexed-job (the "
-                             "training operator recreates a PyTorchJob's pods); use auto or "
-                             "recreate")
+        C.in_place(self.distributed.restart_mode, self.backend)
         C.native_gang(self.distributed.gang, self.backend, self.scheduling.queue)
         if self.checkpoint is not None:
             C.mount_free(self.checkpoint.path, [v.mount_path for v in self.pod.volumes],

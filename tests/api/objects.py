@@ -10,6 +10,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from kdist.shared.facts import ANNOTATION, Facts
+
 JOB_NAME = "kdist.dev/job-name"
 MANAGED_BY = "app.kubernetes.io/managed-by"
 BACKEND = "kdist.dev/backend"
@@ -29,7 +31,11 @@ def job(name: str, *, nodes: int = 2, namespace: str = "default",
     return {
         "apiVersion": "batch/v1", "kind": "Job",
         "metadata": {"name": name, "namespace": namespace,
-                     "labels": labels(name, "indexed-job")},
+                     "labels": labels(name, "indexed-job"),
+                     "annotations": {ANNOTATION: Facts(
+                         max_steps=6, max_restarts=0,
+                         procs_per_node=procs_per_node if isinstance(procs_per_node, int)
+                         else None).encode()}},
         "spec": {"completions": nodes, "parallelism": nodes, "completionMode": "Indexed",
                  "template": {"metadata": {"labels": labels(name)}, "spec": {"containers": [
                      {"name": "pytorch", "image": "kdist-train:dev-cpu",

@@ -10,8 +10,13 @@ from typing import Any
 import jsonschema
 import yaml
 
-# The Kubeflow training operator's v1.9.0 CRD, vendored so the suite runs offline anywhere.
-PYTORCHJOB_CRD = Path(__file__).with_name("schemas") / "kubeflow.org_pytorchjobs.v1.9.0.yaml"
+# The CRDs of the operated backends, vendored so the suite runs offline anywhere: the
+# Kubeflow training operator's v1.9.0 PyTorchJob and JobSet v0.12.0's JobSet.
+SCHEMAS = Path(__file__).with_name("schemas")
+PYTORCHJOB_CRD = SCHEMAS / "kubeflow.org_pytorchjobs.v1.9.0.yaml"
+JOBSET_CRD = SCHEMAS / "jobset.x-k8s.io_jobsets.v0.12.0.yaml"
+#: kind -> (CRD file, version): every custom training kind kdist renders.
+CRDS = {"PyTorchJob": (PYTORCHJOB_CRD, "v1"), "JobSet": (JOBSET_CRD, "v1alpha2")}
 
 
 def _strict(schema: Any) -> Any:
@@ -40,7 +45,8 @@ def validator(crd_path: Path = PYTORCHJOB_CRD, version: str = "v1") -> jsonschem
 
 
 def errors(obj: dict[str, Any]) -> list[str]:
+    """What the CRD of `obj`'s kind (CRDS) refuses in it."""
     return [
         f"{'.'.join(str(p) for p in e.absolute_path)}: {e.message}"
-        for e in validator().iter_errors(obj)
+        for e in validator(*CRDS[obj["kind"]]).iter_errors(obj)
     ]

@@ -1,4 +1,4 @@
-"""Golden files: every example and case spec, rendered on both backends.
+"""Golden files: every example and case spec, rendered on every backend (kdist.backends).
 
 Regenerate after an intended change with `make golden`
 (`python -m tests.unit.golden --update`) and review the diff.
@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from kdist import backends
 from kdist.rendering import render, to_yaml, with_backend
 from kdist.rendering.workdir import pack_workdir
 from kdist.spec import load_job
@@ -21,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = Path(__file__).with_name("golden")
 SPECS = sorted([*ROOT.joinpath("examples").glob("*.yaml"),
                 *Path(__file__).with_name("cases").glob("*.yaml")])
-BACKENDS = ("indexed-job", "pytorchjob")
+BACKENDS = backends.NAMES
 
 
 def cases() -> list[tuple[Path, str, Path]]:

@@ -59,4 +59,6 @@ def pod_specs(obj: dict[str, Any]) -> list[dict[str, Any]]:
         return [obj["spec"]["template"]["spec"]]
     if obj["kind"] == "PyTorchJob":
         return [r["template"]["spec"] for r in obj["spec"]["pytorchReplicaSpecs"].values()]
+    if obj["kind"] == "JobSet":
+        return [r["template"]["spec"]["template"]["spec"] for r in obj["spec"]["replicatedJobs"]]
     return []

@@ -13,6 +13,7 @@ from kdist import launch
 from kdist.cli import main
 from kdist.launch import resolve_env
 from kdist.local import _gpu_env, gpu_shares, visible_gpus
+from kdist.rendering.contract import pod_env
 from kdist.shared.errors import UsageError
 from kdist.spec import validate_job
 from kdist.workloads import common
@@ -125,7 +126,7 @@ def test_visible_gpus():
 def test_local_nodes_get_disjoint_gpus_and_the_pods_env(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6,7")
     job = validate_job(spec_with(**{"spec.resources": {"gpus": 2}, "spec.procsPerNode": "auto"}))
-    envs: list[dict[str, str]] = [{}, {}]
+    envs = [pod_env(job, node_rank=i, master_addr="127.0.0.1", local=True) for i in range(2)]
     _gpu_env(job, envs)
     assert [e["CUDA_VISIBLE_DEVICES"] for e in envs] == ["4,5", "6,7"]
     assert all(e["KDIST_GPUS"] == "2" and e["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"
@@ -154,3 +155,16 @@ def test_gpu_names_match_whole_tokens(name, peak):
     assert _peak(name) == peak
     if peak is not None:
         assert peak in BF16_PEAK_TFLOPS.values()
+
+
+def test_one_env_contract_for_pods_and_local_nodes_but_no_pod_interface_locally():
+    job = validate_job(spec_with(**{"spec.distributed": {"socketInterface": "eth0"},
+                                    "spec.resources": {"gpus": 1}}))
+    pod = pod_env(job, node_rank=None, master_addr="j-0.j", code_sha256="ab" * 32)
+    local = pod_env(job, node_rank=0, master_addr="127.0.0.1", local=True)
+    assert pod["GLOO_SOCKET_IFNAME"] == "eth0" and "GLOO_SOCKET_IFNAME" not in local
+    assert pod["KDIST_CODE_SHA256"] == "ab" * 32 and "KDIST_CODE_SHA256" not in local
+    assert pod["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == local["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"
+    same = {k for k in pod if k not in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME",
+                                        "KDIST_CODE_SHA256", "KDIST_MASTER_ADDR")}
+    assert {k: pod[k] for k in same} == {k: local[k] for k in same}

@@ -17,7 +17,7 @@ class _Cluster:
     server = "http://127.0.0.1:1"
 
     def training_kinds(self) -> list[kinds.Kind]:
-        return [kinds.JOB, kinds.PYTORCHJOB]
+        return list(kinds.TRAINING)
 
 
 def _stream(name: str, namespace: str) -> list[tuple[str, str, Any]]:

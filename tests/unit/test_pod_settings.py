@@ -10,6 +10,8 @@ from pathlib import Path
 import kubernetes_validate
 import pytest
 
+from kdist import backends
+from kdist.kube.objects import job_pod_templates
 from kdist.rendering import render
 from kdist.rendering.overlay import merge
 from kdist.shared.errors import SpecError
@@ -19,7 +21,7 @@ from tests.unit import crd, restricted
 from tests.unit.helpers import spec_with
 
 K8S_VERSION = "1.37"
-BACKENDS = ("indexed-job", "pytorchjob")
+BACKENDS = backends.NAMES
 
 FULL = {
     "spec.resources": {"gpus": 2, "cpu": "8", "memory": "16Gi",
@@ -84,10 +86,7 @@ def container(objects):
 
 
 def templates(objects):
-    obj = objects[0]
-    if obj["kind"] == "Job":
-        return [obj["spec"]["template"]]
-    return [r["template"] for r in obj["spec"]["pytorchReplicaSpecs"].values()]
+    return job_pod_templates(objects[0])
 
 
 def env_of(objects) -> dict:
@@ -96,7 +95,7 @@ def env_of(objects) -> dict:
 
 def assert_schema_valid(objects):
     for obj in objects:
-        if obj["kind"] == "PyTorchJob":
+        if obj["kind"] in crd.CRDS:
             assert crd.errors(obj) == []
             for spec in restricted.pod_specs(obj):
                 pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": spec}
@@ -344,7 +343,7 @@ OVERLAY = {
 def test_overlay_reaches_every_replica_and_passes_the_schema(backend):
     objects = rendered(backend, **{"spec.nodes": 3, "spec.podTemplateOverlay": OVERLAY})
     assert_schema_valid(objects)
-    assert len(templates(objects)) == (1 if backend == "indexed-job" else 2)
+    assert len(templates(objects)) == (2 if backend == "pytorchjob" else 1)  # Master, Worker
     for t in templates(objects):
         assert t["metadata"]["labels"]["sidecar.istio.io/inject"] == "false"
         assert t["metadata"]["labels"]["kdist.dev/job-name"] == "unit-job"

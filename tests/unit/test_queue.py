@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from kdist import backends
 from kdist.kube.objects import job_phase, workload_state
 from kdist.kube.tracker import Tracker
 from kdist.rendering import render
@@ -24,16 +25,15 @@ def _workload(reserved: str | None = None, admitted: str | None = None) -> dict:
                        "admission": {"clusterQueue": admitted or ""}}}
 
 
-@pytest.mark.parametrize("backend", ["indexed-job", "pytorchjob"])
+@pytest.mark.parametrize("backend", backends.NAMES)
 def test_queued_jobs_are_rendered_suspended(backend):
     job = validate_job(spec_with(**{"spec.backend": backend, "spec.scheduling": {
         "queue": "team-a"}}))
     training = render(job)[0]
     assert training["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
-    spec = training["spec"]
-    assert (spec.get("suspend") if backend == "indexed-job" else spec["runPolicy"]["suspend"])
-    plain = render(validate_job(spec_with(**{"spec.backend": backend})))[0]["spec"]
-    assert "suspend" not in plain and "suspend" not in plain.get("runPolicy", {})
+    assert backends.get(backend).suspended(training) and job_phase(training) == "Queued"
+    plain = render(validate_job(spec_with(**{"spec.backend": backend})))[0]
+    assert not backends.get(backend).suspended(plain)
 
 
 def test_workload_verdicts():

@@ -35,7 +35,7 @@ def test_no_stray_golden_files():
 @pytest.mark.parametrize(("spec", "backend", "golden_file"), CASES, ids=IDS)
 def test_objects_pass_kubernetes_schemas(spec, backend, golden_file):
     for obj in render(with_backend(load_job(spec), backend)):
-        if obj["kind"] == "PyTorchJob":
+        if obj["kind"] in crd.CRDS:
             assert crd.errors(obj) == []
             for pod_spec in restricted.pod_specs(obj):
                 pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},

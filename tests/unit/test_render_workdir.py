@@ -14,7 +14,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
-from kdist import launch_code
+from kdist import backends, launch_code
 from kdist.kube import kinds
 from kdist.kube.client import Cluster
 from kdist.kube.sources import wait_gone
@@ -31,8 +31,9 @@ from tests.unit.golden import ROOT
 from tests.unit.helpers import spec_with, write_spec
 
 K8S_VERSION = "1.37"
-BACKENDS = ("indexed-job", "pytorchjob")
-TRAINING_KINDS = {"indexed-job": ["Job", "Service"], "pytorchjob": ["PyTorchJob"]}
+BACKENDS = backends.NAMES
+TRAINING_KINDS = {"indexed-job": ["Job", "Service"], "pytorchjob": ["PyTorchJob"],
+                  "jobset": ["JobSet"]}
 
 
 def tree(root: Path, big: int = 0) -> Path:
@@ -93,7 +94,7 @@ def test_code_renders_configmaps_after_the_training_objects(tmp_path, backend):
         kubernetes_validate.validate({"apiVersion": "v1", "kind": "Pod",
                                       "metadata": {"name": "p"}, "spec": pod},
                                      K8S_VERSION, strict=True)
-    if backend == "pytorchjob":
+    if objects[0]["kind"] in crd.CRDS:
         assert crd.errors(objects[0]) == []
     else:
         kubernetes_validate.validate(objects[0], K8S_VERSION, strict=True)
@@ -245,7 +246,9 @@ class FakeCluster(Cluster):
     def __init__(self, objects: list[dict[str, Any]]) -> None:
         self.objects = {(o["kind"], o["metadata"]["name"]): o for o in objects}
         self.calls: list[tuple[str, str, str]] = []
-        self._served = {"PyTorchJob": False, "Workload": False}  # no operator, no Kueue
+        # No operator, no Kueue.
+        self._served = {**{b.kind.kind: False for b in backends.BACKENDS if b.installs},
+                        "Workload": False}
         self._lock = threading.Lock()
         self.request_timeout = 15.0
 

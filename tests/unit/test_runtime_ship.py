@@ -16,17 +16,18 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
+from kdist import backends
 from kdist.rendering import render, runtime_ship
 from kdist.rendering.code_configmaps import CHUNK_BYTES
 from kdist.shared import env as E
 from kdist.shared import labels as L
 from kdist.shared.errors import SpecError
 from kdist.spec import validate_job
-from tests.unit import restricted
+from tests.unit import crd, restricted
 from tests.unit.helpers import spec_with
 
 ROOT = Path(__file__).resolve().parents[2]
-BACKENDS = ("indexed-job", "pytorchjob")
+BACKENDS = backends.NAMES
 BARE = "docker.io/pytorch/pytorch:2.9.0-cuda12.8-cudnn9-runtime"
 
 
@@ -131,7 +132,7 @@ def test_a_shipped_runtime_renders_one_owned_configmap_and_the_bootstrap(backend
         assert {"name": "kdist-runtime", "configMap": {"name": cm["metadata"]["name"],
                                                        "defaultMode": 0o444}} in spec["volumes"]
     for obj in objects:
-        if obj["kind"] != "PyTorchJob":  # its schema: tests/unit/test_render.py's CRD check
+        if obj["kind"] not in crd.CRDS:  # its schema: tests/unit/test_render.py's CRD check
             kubernetes_validate.validate(obj, "1.37", strict=True)
     for spec in restricted.pod_specs(objects[0]):
         assert restricted.violations(spec) == []

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from kdist import backends
+from kdist.kube.objects import job_pod_templates
 from kdist.rendering import render
 from kdist.runtime.plan import resolve_env
 from kdist.spec import validate_job
@@ -13,11 +15,7 @@ from .test_spec import problems
 
 
 def pod_env(job) -> dict[str, str]:
-    obj = render(job)[0]
-    if obj["kind"] == "PyTorchJob":
-        pod = obj["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
-    else:
-        pod = obj["spec"]["template"]["spec"]
+    pod = job_pod_templates(render(job)[0])[0]["spec"]
     return {e["name"]: e["value"] for e in pod["containers"][0]["env"] if "value" in e}
 
 
@@ -28,7 +26,7 @@ def test_off_unless_given():
     assert "KDIST_PROGRESS_TIMEOUT" not in pod_env(zero)
 
 
-@pytest.mark.parametrize("backend", ["indexed-job", "pytorchjob"])
+@pytest.mark.parametrize("backend", backends.NAMES)
 def test_the_limit_reaches_the_launcher_through_the_rendered_pod(backend):
     job = validate_job(spec_with(**{"spec.backend": backend,
                                     "spec.distributed": {"progressTimeoutSeconds": 120}}))

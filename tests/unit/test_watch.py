@@ -16,10 +16,11 @@ import pytest
 
 from kdist.cli.progress import sparkline
 from kdist.kube.errors import Action, Gone, HttpError, Transient, api_error
-from kdist.kube.objects import job_phase, max_steps_from_args, parse_record, pod_rank
+from kdist.kube.objects import job_phase, parse_record, pod_rank
 from kdist.kube.reflector import Backoff, Reflector, Session, Sources, follow_log, wait_empty
 from kdist.kube.tracker import Tracker
 from kdist.shared.errors import ClusterError, JobNotFound
+from kdist.shared.facts import max_steps_from_args
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

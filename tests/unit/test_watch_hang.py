@@ -6,7 +6,7 @@ from kdist.cli import progress
 from kdist.kube.tracker import Tracker
 from kdist.shared import exitcodes
 
-from .fixtures.handmade import batch_job, idx, pod, running, terminated
+from .fixtures.handmade import batch_job, facts, idx, pod, running, terminated
 
 HUNG_LINE = ("kdist.launch: rank 1 (node 1) hung: no rank of the job made progress for 10s "
              "(progressTimeoutSeconds=10; this node: rank 1 silent 10s); exiting 204: "
@@ -37,8 +37,7 @@ def test_the_warning_names_the_rank_that_hung():
 def test_status_says_what_restarted_the_job_and_how_many_restarts_of_how_many(capsys):
     t = Tracker("mnist")
     job = batch_job("mnist", 2, 3)
-    job["spec"]["template"]["spec"]["containers"][0]["env"] = [
-        {"name": "KDIST_MAX_RESTARTS", "value": "2"}]
+    job["metadata"]["annotations"] = facts(max_restarts=2)
     t.feed("job", "MODIFIED", job)
     new = pod("mnist-1-bbbbb", idx(1), 7, "Running", running(30), created=30)
     new["metadata"]["annotations"] = {"batch.kubernetes.io/job-index-failure-count": "1"}

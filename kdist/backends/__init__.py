@@ -1,0 +1,71 @@
+"""The registry of training kinds (backends): one line per kind, in lookup order.
+
+Adding a kind is its module (`kdist.backends.<kind>`: the `Backend` interface in
+`kdist.backends.base`), its template(s) in `templates/`, and one line below.
+Everything else (spec.backend's choices, the CLI's --backend, rendering, the
+watch, `kdist check`, RBAC, error words) asks here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kdist.backends import indexed_job, pytorchjob
+from kdist.backends.base import Backend
+from kdist.shared.errors import UsageError
+from kdist.shared.kind import Kind
+
+#: Every backend, in the order a job's name is looked up (the first is the default).
+BACKENDS: tuple[Backend, ...] = (
+    indexed_job.BACKEND,
+    pytorchjob.BACKEND,
+)
+NAMES: tuple[str, ...] = tuple(b.name for b in BACKENDS)
+DEFAULT = NAMES[0]
+_BY_NAME = {b.name: b for b in BACKENDS}
+_BY_KIND = {b.kind.kind: b for b in BACKENDS}
+#: The training objects' kinds, in lookup order.
+KINDS: tuple[Kind, ...] = tuple(b.kind for b in BACKENDS)
+
+
+def get(name: str) -> Backend:
+    """The backend named `name` (spec.backend)."""
+    try:
+        return _BY_NAME[name]
+    except KeyError:
+        raise UsageError(f"backend {name!r} is not one of {', '.join(NAMES)}") from None
+
+
+def of_kind(kind: str) -> Backend | None:
+    """The backend whose training object is of `kind` (None: not a training kind)."""
+    return _BY_KIND.get(kind)
+
+
+def of(obj: dict[str, Any]) -> Backend:
+    """The backend of a training object (a kind kdist does not make reads as an Indexed
+    Job's: what the watch and tables did before they knew the kind)."""
+    return _BY_KIND.get(str(obj.get("kind") or ""), BACKENDS[0])
+
+
+def pod_rank(labels: dict[str, Any], annotations: dict[str, Any]) -> int | None:
+    """A pod's node rank by whichever backend's labels it carries."""
+    for b in BACKENDS:
+        rank = b.pod_rank(labels, annotations)
+        if rank is not None:
+            return rank
+    return None
+
+
+def earlier_pods(labels: dict[str, Any], annotations: dict[str, Any]) -> int:
+    """How many of a pod's rank's pods came before it, as its controllers count them."""
+    return max(b.earlier_pods(labels, annotations) for b in BACKENDS)
+
+
+def able(capability: str) -> str:
+    """The backends that have `capability` (a `Backend` flag), for an error's words."""
+    return " or ".join(b.name for b in BACKENDS if getattr(b, capability))
+
+
+def rbac_rules() -> list[dict[str, Any]]:
+    """What kdist's Role needs for every training kind."""
+    return [rule for b in BACKENDS for rule in b.rbac]

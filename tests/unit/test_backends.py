@@ -1,0 +1,84 @@
+"""The backends registry: each training kind's knowledge in its own module, asked by the rest."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from kdist import backends
+from kdist.backends import base
+from kdist.kube import kinds, objects
+from kdist.rendering import render, with_backend
+from kdist.rendering.addons import RULES
+from kdist.shared import facts
+from kdist.spec import load_job
+from kdist.spec.schema import job_schema
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "ddp-cpu.yaml"
+# Words that name a training kind's own fields or labels: only kdist/backends/ may say them.
+KIND_FIELDS = re.compile(r"pytorchReplicaSpecs|replicatedJobs|completionMode|backoffLimitPerIndex"
+                         r"|runPolicy|training\.kubeflow\.org/|jobset\.sigs\.k8s\.io/|"
+                         r"replica-type|\bsuccessPolicy\b|\bfailurePolicy\b")
+
+
+def test_no_module_outside_the_backends_names_a_kinds_fields():
+    named = [f"{p.relative_to(ROOT)}:{n}"
+             for p in sorted((ROOT / "kdist").rglob("*.py")) if "backends" not in p.parts
+             for n, line in enumerate(p.read_text().splitlines(), 1)
+             if KIND_FIELDS.search(line)]
+    assert named == []
+
+
+def test_every_backend_is_whole_and_the_registry_is_consistent():
+    assert len(set(backends.NAMES)) == len(backends.BACKENDS) and backends.DEFAULT == "indexed-job"
+    templates = ROOT / "kdist" / "backends" / "templates"
+    for b in backends.BACKENDS:
+        assert isinstance(b, base.Backend)
+        assert all((templates / t).is_file() for t in b.templates), b.name
+        assert backends.get(b.name) is b and backends.of_kind(b.kind.kind) is b
+        assert b.terminal and b.rbac and b.shape and b.summary
+        assert b.kind in kinds.TRAINING and kinds.BY_KIND[b.kind.kind] is b.kind
+        for rule in b.rbac:
+            assert rule in RULES
+        assert (b.in_place_restarts or b.no_in_place_why) and (b.native_gang or b.no_gang_why)
+
+
+def test_the_spec_and_the_cli_offer_exactly_the_registrys_backends():
+    from click.testing import CliRunner
+
+    from kdist.cli.main import main
+
+    enum = job_schema()["definitions"]["JobSpec"]["properties"]["backend"]["enum"]
+    assert tuple(enum) == backends.NAMES
+    res = CliRunner().invoke(main, ["render", str(EXAMPLE), "--backend", "no-such-kind"])
+    assert res.exit_code == 2 and all(n in res.output for n in backends.NAMES)
+
+
+@pytest.mark.parametrize("name", backends.NAMES)
+def test_what_is_rendered_reads_back_through_its_backend(name):
+    job = with_backend(load_job(EXAMPLE), name)
+    obj = render(job)[0]
+    b = backends.of(obj)
+    assert b.name == name and objects.job_kind_backend(obj) == (b.kind.kind, name)
+    assert objects.checked_job_nodes(obj) == job.spec.nodes
+    assert len(objects.job_pod_templates(obj)) >= 1
+    said = facts.read(obj["metadata"]["annotations"])
+    assert (said.max_steps, said.max_restarts, said.procs_per_node) == (
+        60, job.spec.distributed.max_restarts, job.spec.procs_per_node)
+    assert objects.pod_selector(obj) == f"kdist.dev/job-name={job.metadata.name}"
+
+
+def test_the_facts_annotation_refuses_what_kdist_does_not_write():
+    bad = {facts.ANNOTATION: json.dumps({"maxSteps": "60", "maxRestarts": -1,
+                                          "procsPerNode": True, "codeSha256": "x" * 64})}
+    said = facts.read(bad)
+    assert (said.max_steps, said.max_restarts, said.procs_per_node, said.code) == (
+        None, None, None, "")
+    assert facts.read({facts.ANNOTATION: "{not json"}) == facts.Facts()
+    assert facts.read(None).procs_per_node == 1  # not said: the spec's default
+    auto = facts.Facts(procs_per_node=None).encode()
+    assert facts.read({facts.ANNOTATION: auto}).procs_per_node is None  # "auto"
