@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kdist.backends import indexed_job, pytorchjob
+from kdist.backends import indexed_job, jobset, pytorchjob
 from kdist.backends.base import Backend
 from kdist.shared.errors import UsageError
 from kdist.shared.kind import Kind
@@ -19,6 +19,7 @@ from kdist.shared.kind import Kind
 BACKENDS: tuple[Backend, ...] = (
     indexed_job.BACKEND,
     pytorchjob.BACKEND,
+    jobset.BACKEND,
 )
 NAMES: tuple[str, ...] = tuple(b.name for b in BACKENDS)
 DEFAULT = NAMES[0]

@@ -40,7 +40,6 @@ OPERATED = tuple(b for b in backends.BACKENDS if b.installs)
 def served_features(cluster: Any) -> dict[str, bool]:
     """Which optional resources the cluster serves, by discovery (asked once each)."""
     return {**{b.name: cluster.serves(b.kind) for b in OPERATED},
-            "jobset": cluster.serves(kinds.JOBSET),
             "kueue": cluster.serves(kinds.LOCALQUEUE),
             "podgroup": cluster.serves(kinds.PODGROUP)}
 
@@ -55,16 +54,13 @@ def _backend(b: backends.Backend, served: bool) -> Verdict:
 def features(ask: Ask, ns: str, served: dict[str, bool]) -> list[Verdict]:
     """One verdict per optional backend or feature."""
     operated = [_backend(b, served[b.name]) for b in OPERATED]
-    jobset = Verdict("jobset", OK if served["jobset"] else ABSENT,
-                     f"{kinds.JOBSET.api_version} JobSet " + (
-                         "served" if served["jobset"] else "not installed"))
     gang = Verdict("gang", OK, f"{kinds.PODGROUP.api_version} PodGroups are served: jobs are "
                    "scheduled as a gang, all pods at once or none (distributed.gang auto)") \
         if served.get("podgroup") else Verdict(
         "gang", ABSENT, f"no {kinds.PODGROUP.api_version} PodGroup (feature gate GenericWorkload "
         "off, or Kubernetes < 1.37): pods are scheduled one by one; spec.queue (Kueue) "
         "admits a job whole")
-    return [*operated, jobset, _kueue(ask, ns, served["kueue"]), gang,
+    return [*operated, _kueue(ask, ns, served["kueue"]), gang,
             restart_rules(ask, ns)]
 
 

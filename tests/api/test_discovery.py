@@ -66,7 +66,12 @@ def test_submit_replace_waits_without_the_operator(api, kdist, spec):
     assert new is not None and new["metadata"]["uid"] != old["metadata"]["uid"], out.describe()
 
 
-def test_submit_a_pytorchjob_without_the_operator(api, kdist, tmp_path):
-    spec = objects.job_yaml(tmp_path / "job.yaml", backend="pytorchjob")
+@pytest.mark.parametrize(("backend", "said"), [
+    ("pytorchjob", "the Kubeflow training operator is not installed (no kubeflow.org/v1 "
+     "PyTorchJob resource)"),
+    ("jobset", "the JobSet controller is not installed (no jobset.x-k8s.io/v1alpha2 JobSet "
+     "resource)")])
+def test_submit_without_the_backends_operator(api, kdist, tmp_path, backend, said):
+    spec = objects.job_yaml(tmp_path / "job.yaml", backend=backend)
     out = kdist("submit", "--no-wait", str(spec))
-    error_line(out, 3, "training operator is not installed")
+    error_line(out, 3, said)

@@ -61,7 +61,7 @@ def test_a_proxy_error_page_is_one_line(api, kdist, spec, verb):
 
 def test_403_on_list(api, kdist):
     api.fail(403, message='jobs.batch is forbidden: User "dev" cannot list resource "jobs"',
-             path="/jobs")
+             path="/jobs$")  # not /jobsets
     out = kdist("list")
     error_line(out, 3, "forbidden: list jobs in namespace default", 'User "dev" cannot list')
 
@@ -118,7 +118,7 @@ def test_422_lists_the_causes(api, kdist, spec):
 
 
 def test_500_on_list(api, kdist):
-    api.fail(500, message="etcdserver: request timed out", path="/jobs")
+    api.fail(500, message="etcdserver: request timed out", path="/jobs$")  # not /jobsets
     out = kdist("list")
     error_line(out, 3, "list jobs in namespace default: 500 InternalError: etcdserver")
 

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.timeout(120)
 @pytest.mark.parametrize("head", [False, True], ids=["whole-answer", "body-only"])
 def test_a_server_answering_a_byte_a_second(api, kdist_proc, head):
     api.add(objects.job("demo"))
-    api.dribble(every=1.0, head=head, method="GET", path="/jobs")
+    api.dribble(every=1.0, head=head, method="GET", path="/jobs$")  # not /jobsets
     out = kdist_proc("list", env={KNOB: str(SHORT)}, limit=STARTUP_LIMIT,
                      limit_after_request=LIMIT_AFTER_REQUEST)
     assert not out.timed_out, f"kdist was still running; killed:\n{out.describe()}"
@@ -41,7 +41,7 @@ def test_a_server_answering_a_byte_a_second_over_tls(tmp_path):
         pytest.skip("no openssl CLI to make a certificate")
     api = WireApi(tls=pair).start()
     try:
-        api.dribble(every=1.0, head=True, method="GET", path="/jobs")
+        api.dribble(every=1.0, head=True, method="GET", path="/jobs$")  # not /jobsets
         path = tmp_path / "kubeconfig"
         path.write_text(kubeconfigs.kubeconfig_text(api.url, ca=pair.cert))
         out = run_process(api, path, ["list"], env={KNOB: str(SHORT)}, limit=STARTUP_LIMIT,

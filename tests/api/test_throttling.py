@@ -26,7 +26,7 @@ def sent(out, method: str, path: str) -> int:
 
 def test_one_429_on_a_list_is_waited_out(api, kdist):
     api.add(objects.job("alpha"))
-    api.throttle("1", method="GET", path="/jobs", times=1)
+    api.throttle("1", method="GET", path="/jobs$", times=1)  # not /jobsets
     out = kdist("list")
     assert out.code == 0, out.describe()
     assert "alpha" in out.stdout and sent(out, "GET", JOBS) == 2, out.describe()
@@ -50,7 +50,7 @@ def test_a_storm_that_asks_for_an_hour_ends_at_once(api, kdist):
 
 
 def test_a_server_that_keeps_throttling_is_given_up_on(api, kdist):
-    api.throttle("0", method="GET", path="/jobs")
+    api.throttle("0", method="GET", path="/jobs$")  # not /jobsets
     out = kdist("list")
     error_line(out, 3, "429", "after 10 retries")
     assert sent(out, "GET", JOBS) == 11, out.describe()

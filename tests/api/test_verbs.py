@@ -22,6 +22,9 @@ PODS = f"/api/v1{NS}/pods"
 SLICES = f"/apis/discovery.k8s.io/v1{NS}/endpointslices"
 CONFIGMAPS = f"/api/v1{NS}/configmaps"
 KUBEFLOW = "/apis/kubeflow.org/v1"  # discovery: is the training operator there?
+JOBSET = "/apis/jobset.x-k8s.io/v1alpha2"  # ... and the JobSet controller?
+#: Discovery of every operated backend's kind, in the registry's order (kdist.backends).
+DISCOVERY = [("GET", KUBEFLOW), ("GET", JOBSET)]
 # discovery before a submission: does the cluster serve PodGroups (distributed.gang auto)?
 GANG = ("GET", "/apis/scheduling.k8s.io/v1beta1")
 
@@ -42,7 +45,7 @@ def delete_calls(name: str, *, job: str | None = JOBS, service: bool = True,
     collection the training object is in, None when there is none), a look for its
     ConfigMaps; then, to wait, list (+ watch while anything is left) per kind that can be
     left over."""
-    calls = [("GET", KUBEFLOW), ("GET", f"{JOBS}/{name}")]
+    calls = [*DISCOVERY, ("GET", f"{JOBS}/{name}")]
     if kubeflow:
         calls.append(("GET", f"{PTJS}/{name}"))
     calls.append(("GET", f"{SVCS}/{name}"))
@@ -74,9 +77,9 @@ def test_list_shows_both_backends_in_the_namespace(api, kdist):
             objects.job("elsewhere", namespace="team-b"))
     out = kdist("list")
     assert out.code == 0, out.describe()
-    assert_calls(out, [("GET", KUBEFLOW), ("GET", JOBS), ("GET", PTJS)])
+    assert_calls(out, [*DISCOVERY, ("GET", JOBS), ("GET", PTJS)])
     selector = "app.kubernetes.io/managed-by=kdist"
-    assert all(r.query.get("labelSelector") == selector for r in out.requests[1:]), \
+    assert all(r.query.get("labelSelector") == selector for r in out.requests[len(DISCOVERY):]), \
         out.describe()
     assert "alpha" in out.stdout and "beta" in out.stdout, out.describe()
     assert "elsewhere" not in out.stdout, out.describe()
@@ -86,7 +89,7 @@ def test_list_all_namespaces(api, kdist):
     api.add(objects.job("alpha"), objects.job("elsewhere", namespace="team-b"))
     out = kdist("list", "-A")
     assert out.code == 0, out.describe()
-    assert_calls(out, [("GET", KUBEFLOW), ("GET", "/apis/batch/v1/jobs"),
+    assert_calls(out, [*DISCOVERY, ("GET", "/apis/batch/v1/jobs"),
                        ("GET", "/apis/kubeflow.org/v1/pytorchjobs")])
     assert "alpha" in out.stdout and "elsewhere" in out.stdout and "team-b" in out.stdout
 
@@ -98,7 +101,7 @@ def test_status_reads_job_pods_and_each_ranks_log(api, kdist):
     running_job(api, "old")
     out = kdist("status", "old", "-o", "json")
     assert out.code == 0, out.describe()
-    assert_calls(out, [("GET", KUBEFLOW), ("GET", f"{JOBS}/old"), ("GET", PODS),
+    assert_calls(out, [*DISCOVERY, ("GET", f"{JOBS}/old"), ("GET", PODS),
                        ("GET", f"{PODS}/old-0-abcde/log"), ("GET", f"{PODS}/old-1-abcde/log")])
     state = json.loads(out.stdout)
     assert [(r["rank"], r["step"]) for r in state["ranks"]] == [(0, 6), (1, 6)], out.stdout
@@ -108,7 +111,7 @@ def test_status_falls_back_to_a_pytorchjob(api, kdist):
     api.add(objects.pytorchjob("ptj"))
     out = kdist("status", "ptj", "-o", "json")
     assert out.code == 0, out.describe()
-    assert_calls(out, [("GET", KUBEFLOW), ("GET", f"{JOBS}/ptj"), ("GET", f"{PTJS}/ptj"),
+    assert_calls(out, [*DISCOVERY, ("GET", f"{JOBS}/ptj"), ("GET", f"{PTJS}/ptj"),
                        ("GET", PODS)])
     assert json.loads(out.stdout)["kind"] == "PyTorchJob"
 
@@ -117,7 +120,7 @@ def test_logs_prefix_every_line_with_its_rank(api, kdist):
     running_job(api, "old")
     out = kdist("logs", "old")
     assert out.code == 0, out.describe()
-    assert_calls(out, [("GET", KUBEFLOW), ("GET", f"{JOBS}/old"), ("GET", PODS),
+    assert_calls(out, [*DISCOVERY, ("GET", f"{JOBS}/old"), ("GET", PODS),
                        ("GET", f"{PODS}/old-0-abcde/log"), ("GET", f"{PODS}/old-1-abcde/log")])
     lines = out.stdout.splitlines()
     assert lines[0] == "[rank 0] rank 0 starting" and "[rank 1] rank 1 starting" in lines
@@ -127,7 +130,7 @@ def test_logs_one_rank_tail(api, kdist):
     running_job(api, "old")
     out = kdist("logs", "old", "--rank", "1", "--tail", "2")
     assert out.code == 0, out.describe()
-    assert_calls(out, [("GET", KUBEFLOW), ("GET", f"{JOBS}/old"), ("GET", PODS),
+    assert_calls(out, [*DISCOVERY, ("GET", f"{JOBS}/old"), ("GET", PODS),
                        ("GET", f"{PODS}/old-1-abcde/log")])
     assert out.requests[-1].query.get("tailLines") == "2", out.describe()
     assert len(out.stdout.splitlines()) == 2 and out.stdout.startswith("[rank 1] ")

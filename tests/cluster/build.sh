@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds (once, cached by version) every Go component of the test cluster:
 # kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kubectl,
-# etcd, CoreDNS, the Kubeflow training operator, Kueue, crictl and kdist-initwait.
+# etcd, CoreDNS, the Kubeflow training operator, Kueue, the JobSet controller,
+# crictl and kdist-initwait.
 # Idempotent: a binary that already exists for the pinned version is not
 # rebuilt. Usage: build.sh [COMPONENT...]   (default: all of them)
 set -euo pipefail
@@ -87,6 +88,29 @@ build_initwait() {
   mv "$out.tmp" "$out"
 }
 
+# The JobSet controller (sigs.k8s.io/jobset, JOBSET_VERSION): its main package
+# is the module root. Built like Kueue: go get, so the go line follows
+# JobSet's own minimum (go 1.26.0); its go.mod has no replace directives.
+build_jobset() {
+  local module=sigs.k8s.io/jobset out=$BIN/jobset-$JOBSET_VERSION
+  [[ -x $out ]] && { log "jobset $JOBSET_VERSION cached"; return; }
+  log "building jobset $JOBSET_VERSION"
+  local dir=$CACHE/src/jobset commit
+  mkdir -p "$dir"
+  commit=$(go mod download -json "$module@$JOBSET_VERSION" |
+    python3 -c 'import json,sys; print((json.load(sys.stdin).get("Origin") or {}).get("Hash", "unknown"))')
+  local ld="-s -w -X $module/pkg/version.GitVersion=$JOBSET_VERSION -X $module/pkg/version.GitCommit=$commit"
+  (
+    cd "$dir"
+    printf 'module kdist.local/jobset\n\ngo 1.24\n' > go.mod
+    printf '//go:build tools\n\npackage tools\n\nimport _ "%s"\n' "$module" > tools.go
+    go get "$module@$JOBSET_VERSION" >/dev/null
+    go mod tidy -e >/dev/null 2>&1 || true
+    go build -trimpath -ldflags "$ld" -o "$out.tmp" "$module"
+  )
+  mv "$out.tmp" "$out"
+}
+
 build_simple() {  # build_simple NAME MODULE VERSION PACKAGE
   local name=$1 module=$2 version=$3 pkg=$4
   local out=$BIN/$name-$version
@@ -104,7 +128,7 @@ build_simple() {  # build_simple NAME MODULE VERSION PACKAGE
   mv "$out.tmp" "$out"
 }
 
-want=${*:-etcd coredns operator kueue crictl initwait kubernetes}
+want=${*:-etcd coredns operator kueue jobset crictl initwait kubernetes}
 for what in $want; do
   case $what in
     kubernetes) build_kubernetes ;;
@@ -113,6 +137,7 @@ for what in $want; do
     operator) build_simple training-operator github.com/kubeflow/training-operator "$TRAINING_OPERATOR_VERSION" \
       github.com/kubeflow/training-operator/cmd/training-operator.v1 ;;
     kueue) build_kueue ;;
+    jobset) build_jobset ;;
     crictl) build_simple crictl sigs.k8s.io/cri-tools "$CRICTL_VERSION" sigs.k8s.io/cri-tools/cmd/crictl ;;
     initwait) build_initwait ;;
     *) echo "build.sh: unknown component $what" >&2; exit 2 ;;

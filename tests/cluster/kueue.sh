@@ -58,13 +58,17 @@ kueue_certs() {
   local d
   for d in "$STATE/kueue/webhook-certs" "$KUEUE_METRICS_CERT_DIR"; do
     mkdir -p "$d"
-    cp "$PKI/kueue-webhook.crt" "$d/tls.crt"
-    cp "$PKI/kueue-webhook.key" "$d/tls.key"
+    # Atomically and only when changed: Kueue watches them (see jobset_certs).
+    put "$d/tls.crt" < "$PKI/kueue-webhook.crt"
+    put "$d/tls.key" < "$PKI/kueue-webhook.key"
   done
 }
 
-# Only the two integrations kdist renders. manageJobsWithoutQueueName: false,
-# so a Job or PyTorchJob without the queue-name label is none of Kueue's business.
+# The integrations kdist renders (batch/job, kubeflow.org/pytorchjob) and
+# JobSet's (jobset.sh runs its controller and applies its CRD before Kueue
+# starts, so Kueue sets the integration up at once instead of deferring it).
+# manageJobsWithoutQueueName: false, so a Job, PyTorchJob or JobSet without the
+# queue-name label is none of Kueue's business.
 write_kueue_config() {
   put "$ETC/kueue.yaml" <<YAML
 apiVersion: config.kueue.x-k8s.io/v1beta2
@@ -87,6 +91,7 @@ integrations:
   frameworks:
   - batch/job
   - kubeflow.org/pytorchjob
+  - jobset.x-k8s.io/jobset
 YAML
 }
 
@@ -186,7 +191,10 @@ start_kueue() {
   local bin=$BIN/kueue-$KUEUE_VERSION
   [[ -x $bin ]] || die "$bin missing (run build.sh kueue)"
   kueue_certs
+  local before; before=$(cat "$ETC/kueue.yaml" 2>/dev/null || true)
   write_kueue_config
+  # A running Kueue with an older config (an older up.sh): restart it.
+  if [[ $before != "$(<"$ETC/kueue.yaml")" ]] && daemon_alive kueue; then stop_daemon kueue; fi
   kueue_apply_objects
   if ! daemon_alive kueue; then
     log "starting Kueue $KUEUE_VERSION"

@@ -23,6 +23,8 @@ import yaml
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 
+from kdist import backends
+
 REPO = Path(__file__).resolve().parents[2]
 CLUSTER_LOGS = Path(os.environ.get("KDIST_CLUSTER_LOGS", REPO / ".cluster" / "logs"))
 TERMINAL_PHASES = ("Succeeded", "Failed")
@@ -209,16 +211,9 @@ def dump_namespace(kube: Kube, namespace: str) -> str:
         out.append(
             _dump_list(api, kind, lambda f=list_fn: f(namespace, _request_timeout=REQUEST_TIMEOUT))
         )
-    out.append(
-        _dump_list(
-            api,
-            "pytorchjobs",
-            lambda: client.CustomObjectsApi(api).list_namespaced_custom_object(
-                "kubeflow.org", "v1", namespace, "pytorchjobs", _request_timeout=REQUEST_TIMEOUT
-            ),
-        )
-    )
-    for group, version, plural in (("kueue.x-k8s.io", "v1beta2", "workloads"),
+    operated = [(b.kind.group, b.kind.api_version.split("/")[1], b.kind.plural)
+                for b in backends.BACKENDS if b.installs]
+    for group, version, plural in (*operated, ("kueue.x-k8s.io", "v1beta2", "workloads"),
                                    ("kueue.x-k8s.io", "v1beta2", "localqueues")):
         out.append(
             _dump_list(

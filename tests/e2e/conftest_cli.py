@@ -11,6 +11,7 @@ kdist-train:dev-cpu, as tests/cluster/image.sh loads it.
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -23,6 +24,7 @@ from typing import Any
 import pytest
 import yaml
 
+from kdist import backends
 from kdist.spec.quantity import parse_quantity
 
 REPO = Path(__file__).resolve().parents[2]
@@ -184,9 +186,18 @@ def kubectl(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess
     return proc
 
 
+@functools.cache
+def training_resources() -> str:
+    """Every training kind's resource this cluster serves, as `kubectl get` names them
+    (an operated kind the cluster lacks would fail the whole `get`)."""
+    served = set(kubectl("api-resources", "-o", "name").stdout.split())
+    names = [f"{b.kind.plural}.{b.kind.group}" for b in backends.BACKENDS]
+    return ",".join(n for n in names if n in served)
+
+
 def leftovers(namespace: str, name: str) -> list[str]:
     """Every object of job `name` still in `namespace` (by label and by name)."""
-    kinds = "jobs.batch,pytorchjobs.kubeflow.org,pods,services,endpointslices"
+    kinds = f"{training_resources()},pods,services,endpointslices"
     by_label = kubectl(
         "-n", namespace, "get", kinds, "-l", f"kdist.dev/job-name={name}", "-o", "name"
     ).stdout.split()

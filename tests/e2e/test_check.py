@@ -33,9 +33,12 @@ def test_check_json_parses_and_names_what_the_cluster_serves(kdist):
     got = _verdicts(res.stdout)
     for check in REQUIRED:
         assert got[check]["status"] == "ok", got[check]
-    # The test clusters run the training operator and turn ContainerRestartRules on
-    # (tests/cluster/versions.env).
+    # The test clusters run the training operator (and the single node the JobSet
+    # controller) and turn ContainerRestartRules on (tests/cluster/versions.env).
     assert got["pytorchjob"]["status"] == "ok", got["pytorchjob"]
+    assert got["jobset"]["status"] in ("ok", "not served"), got["jobset"]
+    if got["jobset"]["status"] == "ok":  # its access review too, as for every served kind
+        assert got["access jobsets.jobset.x-k8s.io"]["status"] == "ok", got
     assert got["restart rules"]["status"] == "ok", got["restart rules"]
     assert got["kueue"]["status"] in ("ok", "not served")
     assert not any(v["status"] == "fail" for v in got.values()), got

@@ -14,6 +14,8 @@ import time
 
 import pytest
 
+from kdist import backends
+
 from .conftest_cli import (  # noqa: F401 - the fixtures register by being imported
     job_file_fixture,
     kdist_fixture,
@@ -22,7 +24,7 @@ from .conftest_cli import (  # noqa: F401 - the fixtures register by being impor
     leftovers,
 )
 
-BACKENDS = ["indexed-job", "pytorchjob"]
+BACKENDS = list(backends.NAMES)
 pytestmark = pytest.mark.timeout(420)
 
 
@@ -47,11 +49,10 @@ def test_submit_status_logs_list_delete(backend, namespace, kdist, job_file):
     sub = kdist("submit", path, "--timeout", "200")
     took = time.monotonic() - started
     assert sub.returncode == 0, sub.stderr
-    kind = "job.batch/ok" if backend == "indexed-job" else "pytorchjob.kubeflow.org/ok"
-    assert f"{kind} created in namespace {namespace}" in sub.stdout
+    assert f"{backends.get(backend).kind.ref}/ok created in namespace {namespace}" in sub.stdout
     # A PyTorchJob succeeds when its master does; the operator (cleanPodPolicy: Running)
     # then deletes a worker still running, so rank 1's last lines may never be seen.
-    to_the_end = (0, 1) if backend == "indexed-job" else (0,)
+    to_the_end = (0,) if backend == "pytorchjob" else (0, 1)
     for rank in (0, 1):  # per-rank progress lines, up to the last step
         last = "step 6/6 loss" if rank in to_the_end else " step "
         assert any(f"rank {rank} pod ok-" in line and last in line
@@ -67,7 +68,7 @@ def test_submit_status_logs_list_delete(backend, namespace, kdist, job_file):
     ranks = state["ranks"]
     assert (ranks[0]["phase"], ranks[0]["step"], ranks[0]["exit_code"]) == ("Succeeded", 6, 0)
     assert len(ranks[0]["losses"]) == 3
-    if backend == "indexed-job":
+    if backend != "pytorchjob":
         assert (ranks[1]["phase"], ranks[1]["step"], ranks[1]["exit_code"]) == ("Succeeded", 6, 0)
     else:
         assert ranks[1]["phase"] in ("Succeeded", "Gone")
@@ -106,7 +107,7 @@ def test_failing_job_names_rank_and_exit_code(backend, namespace, kdist, job_fil
     assert "[rank 1] rank 1: failing on purpose" in sub.stdout  # --follow streams the logs
     status = json.loads(kdist("status", "bad", "-o", "json").stdout)
     assert status["phase"] == "Failed"
-    if backend == "indexed-job":  # the training operator deletes a PyTorchJob's failed pod
+    if backend != "pytorchjob":  # the training operator deletes a PyTorchJob's failed pod
         # node 0 may add a 203 from its exit barrier: the code error is still the one named
         assert (1, 3) in [(f["rank"], f["exit_code"]) for f in status["failures"]]
         first = status["firstFailure"]

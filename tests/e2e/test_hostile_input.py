@@ -27,7 +27,14 @@ from tests.unit.test_fuzz import FIELDS, trees
 from tests.unit.test_roundtrip import USER_VALUES, spec_of
 
 from .conftest import Kube, create_namespace, drop_namespace
-from .conftest_cli import IMAGE, job_file_fixture, kdist_fixture, kubectl, leftovers  # noqa: F401
+from .conftest_cli import (  # noqa: F401
+    IMAGE,
+    job_file_fixture,
+    kdist_fixture,
+    kubectl,
+    leftovers,
+    training_resources,
+)
 
 EXAMPLES = 120
 SECONDS_PER_INPUT = 10.0
@@ -117,7 +124,7 @@ def test_pathological_files_are_refused_quickly(corpus_namespace, tmp_path, text
 
 def test_the_corpus_left_nothing_in_the_namespace(corpus_namespace):
     """Dry runs and refusals persist nothing: count every kind kdist could create."""
-    kinds = "jobs.batch,pytorchjobs.kubeflow.org,services,pods"
+    kinds = f"{training_resources()},services,pods"
     objects = kubectl("-n", corpus_namespace, "get", kinds, "-o", "name").stdout.split()
     assert objects == [], objects
     print(f"hostile corpus: {SEEN['accepted']} accepted by the API server, "

@@ -2,8 +2,8 @@
 
 A queued job is created suspended (kdist renders it so; Kueue's webhook would too),
 Kueue admits it when its ClusterQueue has quota for every pod, and only then do its
-pods exist. Both backends: Kueue's kubeflow.org/pytorchjob integration against the
-training operator v1.
+pods exist. Every backend: Kueue's kubeflow.org/pytorchjob integration against the
+training operator v1, its jobset.x-k8s.io/jobset integration against JobSet v0.12.
 
 Needs Kueue and the ClusterQueue `kdist-e2e` open to every namespace, with quota for
 exactly one 2-pod job of this suite's usual size (500m CPU and 1Gi per pod):
@@ -26,10 +26,13 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from kdist import backends
+from kdist.kube.objects import terminal_condition
+
 from .conftest import REQUEST_TIMEOUT, Kube
 from .conftest_cli import job_file_fixture, kdist_fixture  # noqa: F401 - fixtures
 
-BACKENDS = ["indexed-job", "pytorchjob"]
+BACKENDS = list(backends.NAMES)
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
 CLUSTER_QUEUE = "kdist-e2e"
 QUEUE = "team-a"
@@ -98,11 +101,12 @@ def _message(obj: dict[str, Any], kind: str) -> str:
 
 
 def get_job(kube: Kube, namespace: str, name: str, backend: str) -> dict[str, Any]:
-    """The job object (Job or PyTorchJob) as a dict."""
-    if backend == "pytorchjob":
+    """The job object (Job, PyTorchJob, JobSet) as a dict."""
+    b = backends.get(backend)
+    if b.installs:  # an operator's custom resource
         return _custom(kube).get_namespaced_custom_object(
-            "kubeflow.org", "v1", namespace, "pytorchjobs", name, _request_timeout=REQUEST_TIMEOUT
-        )
+            b.kind.group, b.kind.api_version.split("/")[1], namespace, b.kind.plural, name,
+            _request_timeout=REQUEST_TIMEOUT)
     job = client.BatchV1Api(kube.api).read_namespaced_job(
         name, namespace, _request_timeout=REQUEST_TIMEOUT
     )
@@ -110,14 +114,13 @@ def get_job(kube: Kube, namespace: str, name: str, backend: str) -> dict[str, An
 
 
 def suspended(job: dict[str, Any], backend: str) -> bool:
-    spec = job["spec"]
-    return bool((spec.get("runPolicy") or {}).get("suspend") if backend == "pytorchjob"
-                else spec.get("suspend"))
+    return backends.get(backend).suspended(job)
 
 
 def outcome(job: dict[str, Any], backend: str) -> str | None:
     """'succeeded' / 'failed' once the job has ended, else None."""
-    done = {"Complete": "succeeded", "Succeeded": "succeeded", "Failed": "failed"}
+    done = {"Complete": "succeeded", "Succeeded": "succeeded", "Completed": "succeeded",
+            "Failed": "failed"}
     for c in (job.get("status") or {}).get("conditions") or []:
         if c["type"] in done and c["status"] == "True":
             return done[c["type"]]
@@ -173,7 +176,7 @@ def test_queued_job_is_rendered_suspended(backend, job_file):
     res = subprocess.run([sys.executable, "-m", "kdist", "render", str(path), "-o", "json"],
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr
-    (job,) = [o for o in json.loads(res.stdout)["items"] if o["kind"] in ("Job", "PyTorchJob")]
+    (job,) = [o for o in json.loads(res.stdout)["items"] if backends.of_kind(o["kind"])]
     assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == QUEUE
     assert suspended(job, backend), json.dumps(job["spec"], indent=1)[:2000]
 
@@ -219,7 +222,10 @@ def test_second_job_waits_for_quota_then_runs(backend, kube, namespace, team_a, 
     first_job = get_job(kube, namespace, "first", backend)
     assert outcome(first_job, backend) == "succeeded"
     # No pod of the second was created before the first had completed.
-    first_done = _time(first_job["status"]["completionTime"])
+    # A Job and a PyTorchJob say when they completed; a JobSet, in its Completed condition.
+    ended = first_job["status"].get("completionTime") or terminal_condition(first_job)[1][
+        "lastTransitionTime"]
+    first_done = _time(ended)
     created = [_time(p.metadata.creation_timestamp) for p in pods_of(kube, namespace, "second")]
     assert len(created) == 2 and min(created) >= first_done, (created, first_done)
 

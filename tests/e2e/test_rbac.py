@@ -10,6 +10,7 @@ import json
 import pytest
 from kubernetes import utils
 
+from kdist import backends
 from kdist.rendering import addons
 
 from .conftest import Kube
@@ -45,7 +46,7 @@ def install_rbac(kube: Kube, namespace: str, drop: tuple[str, str] | None = None
         utils.create_from_dict(kube.api, obj, namespace=namespace)
 
 
-@pytest.mark.parametrize("backend", ["indexed-job", "pytorchjob"])
+@pytest.mark.parametrize("backend", backends.NAMES)
 def test_every_verb_works_as_the_least_privilege_account(
     backend, kube, namespace, kdist, job_file, tmp_path
 ):

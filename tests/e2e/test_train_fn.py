@@ -19,12 +19,13 @@ import pytest
 import yaml
 
 import kdist
+from kdist import backends
 from kdist.shared.errors import JobFailed
 
 from .conftest_cli import IMAGE, job_spec
 
 FNS = Path(__file__).resolve().parents[1] / "dist" / "trainfns"
-BACKENDS = ["indexed-job", "pytorchjob"]
+BACKENDS = list(backends.NAMES)
 # Two pods of 500m fit beside another test's job (make e2e runs two at a time).
 RESOURCES = {"cpu": "500m", "memory": "1Gi"}
 pytestmark = pytest.mark.timeout(420)

@@ -1,5 +1,5 @@
 """kdist's rendered jobs really train on the cluster: DDP and the pipeline on
-both backends, applied by the kubernetes client or by `kubectl apply` of
+every backend, applied by the kubernetes client or by `kubectl apply` of
 manifests/, all in namespaces that enforce Pod Security "restricted"."""
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ import pytest
 import yaml
 from kubernetes import client, utils
 
+from kdist import backends
+from kdist.kube import objects
 from kdist.rendering import render
 from kdist.shared import labels as L
 from kdist.spec import validate_job
@@ -30,10 +32,10 @@ DDP_ARGS = ["--max-steps", "20", "--batch-size", "32", "--log-every", "4", "--da
 def create(kube: Kube, namespace: str, objects: list[dict[str, Any]]) -> None:
     """Create rendered objects with the plain kubernetes client (no kdist submit)."""
     for obj in objects:
-        if obj["kind"] == "PyTorchJob":
+        b = backends.of_kind(obj["kind"])
+        if b is not None and b.installs:  # an operator's custom resource
             client.CustomObjectsApi(kube.api).create_namespaced_custom_object(
-                "kubeflow.org", "v1", namespace, "pytorchjobs", obj
-            )
+                b.kind.group, b.kind.api_version.split("/")[1], namespace, b.kind.plural, obj)
         else:
             utils.create_from_dict(kube.api, obj, namespace=namespace)
 
@@ -44,19 +46,20 @@ def job_finished(obj: Any) -> bool:
     types = {(c.type, c.status) if not isinstance(c, dict) else (c["type"], c["status"])
              for c in conds}
     return bool(types & {("Complete", "True"), ("Failed", "True"),
-                         ("Succeeded", "True")})
+                         ("Succeeded", "True"), ("Completed", "True")})
 
 
 def wait_job(kube: Kube, namespace: str, name: str, backend: str) -> str:
     """Wait for the job's terminal condition; return 'succeeded' or 'failed'."""
-    if backend == "pytorchjob":
+    b = backends.get(backend)
+    if b.installs:  # an operator's custom resource
         obj = kube.wait_for(
             client.CustomObjectsApi(kube.api).list_namespaced_custom_object,
-            "kubeflow.org", "v1", namespace, "pytorchjobs",
+            b.kind.group, b.kind.api_version.split("/")[1], namespace, b.kind.plural,
             name=name, done=job_finished, timeout=FINISH,
         )
-        conds = {c["type"]: c["status"] for c in obj["status"]["conditions"]}
-        return "succeeded" if conds.get("Succeeded") == "True" else "failed"
+        done = objects.terminal_condition(obj)
+        return "succeeded" if done and done[0] == objects.SUCCEEDED else "failed"
     obj = kube.wait_for(
         client.BatchV1Api(kube.api).list_namespaced_job, namespace,
         name=name, done=job_finished, timeout=FINISH,
@@ -95,7 +98,7 @@ def assert_trained(records: dict[int, list[dict[str, Any]]], world: int) -> None
     assert losses[-1] < losses[0], f"loss did not fall: {losses}"
 
 
-@pytest.mark.parametrize("backend", ["indexed-job", "pytorchjob"])
+@pytest.mark.parametrize("backend", backends.NAMES)
 def test_ddp_two_pods_trains(kube: Kube, namespace: str, backend: str):
     name = f"ddp-{backend.split('-')[0]}"
     job = validate_job(job_spec(name, backend=backend, args=DDP_ARGS))
@@ -118,7 +121,8 @@ def test_pipeline_two_stages_across_pods(kube: Kube, namespace: str):
 
 @pytest.mark.exclusive  # the examples ask 1 CPU per pod: the whole node for their two pods
 @pytest.mark.parametrize(("manifest", "backend"),
-                         [("ddp-cpu.yaml", "indexed-job"), ("pytorchjob.yaml", "pytorchjob")])
+                         [("ddp-cpu.yaml", "indexed-job"), ("pytorchjob.yaml", "pytorchjob"),
+                          ("jobset.yaml", "jobset")])
 def test_kubectl_apply_of_committed_manifests(kube: Kube, namespace: str, manifest, backend):
     path = REPO / "manifests" / manifest
     docs = [d for d in yaml.safe_load_all(path.read_text()) if d]

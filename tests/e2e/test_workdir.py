@@ -1,6 +1,6 @@
 """spec.workdir / --workdir on a real cluster: code that is not in the image runs.
 
-Both backends, as the least-privilege ServiceAccount of manifests/rbac.yaml: a
+Every backend, as the least-privilege ServiceAccount of manifests/rbac.yaml: a
 script that exists only in the workdir runs from /workspace; edited and
 resubmitted with --replace, the new version runs; `status` names the code's
 hash; `delete` leaves no ConfigMap. A workdir over the cap creates nothing.
@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from kdist import backends
 from kdist.rendering import addons, render
 from kdist.rendering.code_configmaps import CHUNK_BYTES
 from kdist.rendering.workdir import pack
@@ -33,11 +34,12 @@ from .conftest_cli import (  # noqa: F401 - the fixtures register by being impor
     kdist_fixture,
     kubectl,
     leftovers,
+    training_resources,
 )
 from .test_rbac import install_rbac, kubeconfig_for
 from .test_training import create, wait_job
 
-BACKENDS = ["indexed-job", "pytorchjob"]
+BACKENDS = list(backends.NAMES)
 pytestmark = pytest.mark.timeout(600)
 
 # Only in the workdir: imports a module shipped beside it, reads a data file by a
@@ -103,7 +105,7 @@ def test_workdir_runs_is_replaced_and_deleted(backend, kube, namespace, kdist, j
     assert f"configmap/shipped-code-{sha1[:10]}-0 created in namespace {namespace}" \
         in first.stdout
     # A PyTorchJob may be over (and its worker stopped) before rank 1's line is read.
-    ranks = {0, 1} if backend == "indexed-job" else {0}
+    ranks = {0} if backend == "pytorchjob" else {0, 1}
     assert_ran(kdist("--kubeconfig", cfg, "logs", "shipped").stdout, "v1", ranks)
     status = kdist("--kubeconfig", cfg, "status", "shipped", "-o", "json")
     assert json.loads(status.stdout)["code"] == sha1
@@ -140,7 +142,7 @@ def test_a_workdir_over_the_cap_creates_nothing(namespace, kdist, job_file, tmp_
         assert len(errors) == 1 and errors[0].startswith("error: spec.workdir: "), res.stderr
         assert "over the 10.0 MiB cap; biggest files: dataset.bin (11.0 MiB)" in errors[0]
     everything = kubectl("-n", namespace, "get",
-                         "jobs.batch,pytorchjobs.kubeflow.org,services,pods,configmaps",
+                         f"{training_resources()},services,pods,configmaps",
                          "-o", "name").stdout.split()
     # Every namespace gets its cluster CA bundle from the controller-manager.
     assert [o for o in everything if o != "configmap/kube-root-ca.crt"] == []

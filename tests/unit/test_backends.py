@@ -82,3 +82,27 @@ def test_the_facts_annotation_refuses_what_kdist_does_not_write():
     assert facts.read(None).procs_per_node == 1  # not said: the spec's default
     auto = facts.Facts(procs_per_node=None).encode()
     assert facts.read({facts.ANNOTATION: auto}).procs_per_node is None  # "auto"
+
+
+def test_a_jobsets_child_job_and_pods_pass_the_kubernetes_schema_and_restricted():
+    import kubernetes_validate
+
+    from tests.unit import restricted
+
+    obj = render(with_backend(load_job(EXAMPLE), "jobset"))[0]
+    (node,) = obj["spec"]["replicatedJobs"]
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "ddp-cpu-node-0"},
+           "spec": node["template"]["spec"]}
+    kubernetes_validate.validate(job, "1.37", strict=True)
+    assert job["spec"]["backoffLimit"] == 0 and job["spec"]["completions"] == 2
+    for spec in restricted.pod_specs(obj):
+        assert restricted.violations(spec) == []
+    # Node 0's name: the Job <name>-node-0's pod of index 0, behind the JobSet's Service.
+    env = {e["name"]: e.get("value") for e in spec["containers"][0]["env"]}
+    assert env["KDIST_MASTER_ADDR"] == "ddp-cpu-node-0-0.ddp-cpu"
+    refs = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"]
+            for e in spec["containers"][0]["env"] if "valueFrom" in e}
+    assert refs["KDIST_RESTART_COUNT"] == "metadata.labels['jobset.sigs.k8s.io/restart-attempt']"
+    rules = obj["spec"]["failurePolicy"]["rules"]
+    assert rules[0]["action"] == "FailJobSet" and "PodFailurePolicy" in rules[0][
+        "onJobFailureReasons"]
