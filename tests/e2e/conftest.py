@@ -130,6 +130,42 @@ def kube() -> Kube:
     return Kube(api)
 
 
+HARNESS_NODE = "kdist-node"  # tests/cluster/lib.sh NODE_NAME
+
+
+def require_backend(kube: Kube, name: str) -> None:
+    """Backend `name`'s kind must be served: a failure on tests/cluster's own cluster (which
+    runs every operator), a skip elsewhere (kind has no JobSet controller, say)."""
+    b = backends.get(name)
+    if not b.installs:
+        return
+    group, version = b.kind.api_version.split("/")
+    try:
+        found = client.CustomObjectsApi(kube.api).get_api_resources(
+            group, version, _request_timeout=REQUEST_TIMEOUT)
+        served = any(r.name == b.kind.plural for r in found.resources)
+    except ApiException as e:
+        if e.status != 404:
+            raise
+        served = False
+    if served:
+        return
+    missing = f"backend {name}: this cluster does not serve {b.kind.api_version} {b.kind.kind}"
+    nodes = kube.core.list_node(_request_timeout=REQUEST_TIMEOUT).items
+    if [n.metadata.name for n in nodes] == [HARNESS_NODE]:
+        pytest.fail(missing)
+    pytest.skip(missing)
+
+
+@pytest.fixture(autouse=True)
+def _backend_served(request: pytest.FixtureRequest) -> None:
+    """A test run on an operated backend (its `backend` parameter) needs its operator."""
+    callspec = getattr(request.node, "callspec", None)
+    name = callspec.params.get("backend") if callspec is not None else None
+    if isinstance(name, str) and name in backends.NAMES and backends.get(name).installs:
+        require_backend(request.getfixturevalue("kube"), name)
+
+
 def create_namespace(kube: Kube, base: str) -> str:
     """A fresh namespace named after `base` that enforces Pod Security "restricted"."""
     base = re.sub(r"[^a-z0-9]+", "-", base.lower()).strip("-")[:40].strip("-")

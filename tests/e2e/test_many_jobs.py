@@ -1,9 +1,9 @@
 """Many jobs, one watcher: `kdist wait` and `kdist list --watch` over 20 jobs (issue 13).
 
 Twenty one-pod jobs of the paced script (small requests, so they all fit on
-one node), two of which fail on purpose. `kdist wait --all` must end when the
-last one does, name each ending once, and exit 1 because two failed; `kdist
-list --watch` must show every job reaching its final phase.
+one node; every third a JobSet, the rest Indexed Jobs), two of which fail on purpose.
+`kdist wait --all` must end when the last one does, name each ending once, and exit 1
+because two failed; `kdist list --watch` must show every job reaching its final phase.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import time
 
 import pytest
 
+from tests.e2e.conftest import require_backend
 from tests.e2e.conftest_cli import (  # noqa: F401 - fixtures
     job_file_fixture,
     kdist_fixture,
@@ -29,13 +30,17 @@ def _names() -> list[str]:
 
 
 @pytest.fixture(name="twenty")
-def twenty_fixture(job_file, kdist) -> list[str]:  # noqa: F811
+def twenty_fixture(kube, job_file, kdist) -> list[str]:  # noqa: F811
+    require_backend(kube, "jobset")
     files = []
     for name in _names():
         paced = {"PACE": "0.3"}
         if name in FAILING:
             paced.update(FAIL_RANK="0", FAIL_AT="3", FAIL_CODE="1")
+        # Every third a JobSet: `wait` and `list --watch` follow every training kind at once.
+        backend = "jobset" if int(name[-2:]) % 3 == 2 else "indexed-job"
         files.append(job_file(name, nodes=1, paced=paced, args=["--max-steps", "8"],
+                              backend=backend,
                               resources={"cpu": "50m", "memory": "512Mi", "shm": "16Mi"}))
     created = kdist("submit", *files, "--no-wait")  # several files, one call
     assert created.returncode == 0, created.stderr
