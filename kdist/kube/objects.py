@@ -11,6 +11,7 @@ from typing import Any
 
 from kdist import backends
 from kdist.backends.base import count  # noqa: F401 (read here)
+from kdist.shared import exitcodes
 from kdist.shared import labels as L
 from kdist.shared.errors import ClusterError
 from kdist.shared.records import parse_record, parse_time  # noqa: F401 (read here)
@@ -180,6 +181,8 @@ class PodView:
     said: str
     # The main container's exit before its last restart (restarted in place): code, when, said
     last_exit: tuple[int, str, str] | None
+    # The kubelet's record of the exit before its last restart in place (137), if it was one
+    in_place_exit: int | None
     running: bool
     started: bool  # the main container has run (logs can be read)
 
@@ -221,8 +224,11 @@ def pod_view(pod: dict[str, Any]) -> PodView:
         exit_code, finished = term.get("exitCode"), term.get("finishedAt")
         said = last_words(term.get("message") or "")
     last = ((cs or {}).get("lastState") or {}).get("terminated") or {}
+    in_place_exit = None
     if last.get("reason") == RESTARTED_IN_PLACE:
-        last = {}  # the kubelet's record of removing it, not how it exited
+        code = last.get("exitCode")  # the kubelet's record of removing it, not how it exited
+        in_place_exit = code if isinstance(code, int) and exitcodes.is_retryable(code) else 137
+        last = {}
     last_code = last.get("exitCode")
     last_exit = (last_code, str(last.get("finishedAt") or ""),
                  escape(last_words(last.get("message") or ""))) \
@@ -249,6 +255,7 @@ def pod_view(pod: dict[str, Any]) -> PodView:
         earlier_pods=backends.earlier_pods(meta.get("labels") or {}, annotations),
         exit_code=exit_code,
         finished_at=finished, said=escape(said), last_exit=last_exit,
+        in_place_exit=in_place_exit,
         running="running" in state,
         started="running" in state or "terminated" in state,
     )

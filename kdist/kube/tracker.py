@@ -59,11 +59,10 @@ class Tracker:
         self._warned: set[tuple[Any, ...]] = set()
         # (pod uid, when its container ended) of the exits already in state.failures
         self._failed: set[tuple[str, str]] = set()
+        self._retried: dict[str, int] = {}  # per pod: the retryable exits the ledger counted
         self.ledger = Ledger()  # what this watch sees of restarts (kdist.shared.ledger)
         self._saved_ledger: dict[str, Any] | None = None  # the job's, as last read
-        # Gang restarts no pod shows (in process): the highest a launcher said, or the
-        # job's ledger counted.
-        self._gang_restarts = 0
+        self._gang_restarts = 0  # in process (no pod shows it): a launcher's, or the ledger's
         self._adopted = -1  # the ledger's version when it took up the job's kept one
 
     def feed(self, source: str, kind: str, payload: Any) -> list[str]:
@@ -124,10 +123,9 @@ class Tracker:
         s.kind, s.backend = job_kind_backend(obj)
         # Bounded by kdist's own limits: ranks are made for every node up front.
         s.nodes = checked_job_nodes(obj) or s.nodes
-        # What the spec said, as rendered (kdist.shared.facts).
-        said = facts.read(meta.get("annotations"))
-        s.max_steps, s.max_restarts = said.max_steps, said.max_restarts
-        s.code, s.runtime = said.code, said.runtime
+        said = facts.read(meta.get("annotations"))  # what the spec said, as rendered
+        s.max_steps, s.max_restarts, s.code = said.max_steps, said.max_restarts, said.code
+        s.runtime, s.procs_per_node = said.runtime, said.procs_per_node  # None: "auto"
         s.restart_mode = restart_mode_of(obj)
         s.gang = escape(gang_of(obj)) or s.gang
         self._saved_ledger = parse_ledger((meta.get("annotations") or {}).get(LEDGER))
@@ -138,8 +136,6 @@ class Tracker:
             self._gang_restarts = used
             for r in list(self.state.ranks):
                 self._refresh_rank(r)
-        # "auto" (one per GPU) is unknown here.
-        s.procs_per_node = said.procs_per_node
         s.created = meta.get("creationTimestamp") or s.created
         for r in range(s.nodes or 0):
             s.rank(r)
@@ -188,7 +184,14 @@ class Tracker:
             if exitcodes.is_retryable(code) and self.state.outcome is None:
                 self.ledger.failed(f"{self.state.unit} {view.rank} (pod {view.name})", code,
                                    when, self.clock(), self._last_step())
+                self._retried[view.uid] = self._retried.get(view.uid, 0) + 1
                 self.ledger_changed()
+        missed = view.restarts - self._retried.get(view.uid, 0) if view.in_place_exit else 0
+        if missed > 0 and self.state.outcome is None:  # restarted in place, exit unseen
+            self._retried[view.uid] = view.restarts
+            self.ledger.unseen(f"{self.state.unit} {view.rank} (pod {view.name})", missed,
+                               view.in_place_exit or 137, self.clock(), self._last_step())
+            self.ledger_changed()
         self._refresh_rank(view.rank)
         return self._pod_warnings(pod, view, old)
 

@@ -136,6 +136,15 @@ class Ledger:
             current.fault_at = min(current.fault_at, epoch(finished_at) or now)
             self.version += 1
 
+    def unseen(self, who: str, restarts: int, code: int, now: float,
+               last_step: int | None) -> None:
+        """`restarts` restarts in place of `who` whose exit no watch saw (the kubelet
+        restarted its containers between two updates read): each was retryable (its restart
+        rule fires on nothing else), counted by the kubelet's record of the exit (`code`)."""
+        for _ in range(restarts):
+            self.failed(who, code, None, now, last_step,
+                        said="restarted in place before its exit was seen")
+
     def adopt(self, kept: dict[str, Any]) -> bool:
         """Go on from the ledger a watch kept on the job (``parse``), when it knows more
         restarts than this one: a later reader (`kdist status`, a watch attached again)

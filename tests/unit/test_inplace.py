@@ -279,6 +279,27 @@ def test_the_kubelets_record_of_an_in_place_restart_is_no_exit():
     assert t.state.ranks[0].restarts == 1
 
 
+def test_an_in_place_restart_whose_exit_the_watch_missed_is_still_in_the_ledger():
+    """The kubelet may restart a pod's containers in place between two of its updates the
+    watch reads: no terminated state is ever seen, only the restart count and the kubelet's
+    record. The restart still counts (once) in the goodput ledger; the failures list keeps
+    only exits really seen."""
+    t = Tracker("unit-job", "d")
+    t.pod_event("ADDED", _pod(0, {"running": {"startedAt": "s"}}))
+    record = {"exitCode": 137, "reason": "RestartingAllContainers", "finishedAt": None}
+    t.pod_event("MODIFIED", _pod(1, {"running": {"startedAt": "s2"}}, record))
+    t.pod_event("MODIFIED", _pod(1, {"running": {"startedAt": "s2"}}, record))  # again: once
+    (r,) = t.ledger.restarts
+    assert r.exit_code == 137 and "restarted in place before its exit was seen" in r.cause
+    assert t.state.ledger["restartsUsed"] == 1 and t.state.failures == []
+    # Seen the usual way (the exit, then the restart), it is not counted twice.
+    seen = Tracker("unit-job", "d")
+    seen.pod_event("MODIFIED", _pod(0, {"terminated": {
+        "exitCode": 137, "reason": "Error", "finishedAt": "2026-12-05T02:53:45Z"}}))
+    seen.pod_event("MODIFIED", _pod(1, {"running": {"startedAt": "s2"}}, record))
+    assert len(seen.ledger.restarts) == 1 and "before its exit" not in seen.ledger.restarts[0].cause
+
+
 def test_a_restart_in_process_is_a_gang_restart_in_the_ledger_and_on_every_rank():
     """No pod shows a restart in process: the launchers' lines do. Both nodes say it; the
     kill is the cause, the lost peer its echo; a late echo after the gang is back is not
