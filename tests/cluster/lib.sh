@@ -52,22 +52,39 @@ kubectl_() { "$KUBECTL" --kubeconfig "$ETC/admin.kubeconfig" "$@"; }
 require_root() { [[ $(id -u) == 0 ]] || die "must run as root (it creates a bridge, mounts and cgroups)"; }
 
 # Debian packages the harness runs; installed once, quietly, when missing.
-ensure_packages() {
-  local missing=() p
+# The only place any script installs a package. CI starts the kind stage and
+# the single-node cluster together, so two of these may run at once: they take
+# turns on one lock (and re-check inside it), and apt-get itself waits for
+# dpkg's lock held by anything else rather than failing "Could not get lock".
+KDIST_APT_LOCK=${KDIST_APT_LOCK:-/var/lock/kdist-apt.lock}
+missing_packages() {
+  local p
   for p in "$@"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p")
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || printf '%s\n' "$p"
   done
+}
+ensure_packages() {
+  local missing=()
+  mapfile -t missing < <(missing_packages "$@")
   ((${#missing[@]})) || return 0
-  log "installing ${missing[*]} (log: $LOGS/apt.log)"
-  mkdir -p "$LOGS"
-  # No init system here: keep maintainer scripts from starting daemons.
-  local policy=/usr/sbin/policy-rc.d created=0
-  [[ -e $policy ]] || { printf '#!/bin/sh\nexit 101\n' > "$policy"; chmod +x "$policy"; created=1; }
-  {
-    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}" ||
-      { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"; }
-  } >>"$LOGS/apt.log" 2>&1 || { ((created)) && rm -f "$policy"; die "apt-get install ${missing[*]} failed; see $LOGS/apt.log"; }
-  ((created)) && rm -f "$policy"
+  mkdir -p "$LOGS" "$(dirname "$KDIST_APT_LOCK")"
+  local fd
+  exec {fd}>"$KDIST_APT_LOCK"
+  flock -w 1800 "$fd" || die "waited 30 min for $KDIST_APT_LOCK (another package install of kdist's scripts)"
+  mapfile -t missing < <(missing_packages "$@")
+  if ((${#missing[@]})); then
+    log "installing ${missing[*]} (log: $LOGS/apt.log)"
+    # No init system here: keep maintainer scripts from starting daemons.
+    local policy=/usr/sbin/policy-rc.d created=0
+    [[ -e $policy ]] || { printf '#!/bin/sh\nexit 101\n' > "$policy"; chmod +x "$policy"; created=1; }
+    local apt=(apt-get -o DPkg::Lock::Timeout=900 -y --no-install-recommends)
+    {
+      DEBIAN_FRONTEND=noninteractive "${apt[@]}" install "${missing[@]}" ||
+        { "${apt[@]}" update && DEBIAN_FRONTEND=noninteractive "${apt[@]}" install "${missing[@]}"; }
+    } >>"$LOGS/apt.log" 2>&1 || { ((created)) && rm -f "$policy"; exec {fd}>&-; die "apt-get install ${missing[*]} failed; see $LOGS/apt.log"; }
+    ((created)) && rm -f "$policy"
+  fi
+  exec {fd}>&-
   return 0
 }
 
