@@ -15,6 +15,7 @@ from kdist import backends
 from kdist.shared.errors import SpecError
 from kdist.spec import workloads as W
 from kdist.spec.checks import ENV_NAME
+from kdist.spec.launchers import launcher_problem
 from kdist.spec.model import TrainingJob
 from kdist.spec.yamlsafe import MAX_BYTES, YamlProblem, load_document
 
@@ -124,8 +125,13 @@ def validate_job(doc: dict[str, Any], source: str = "<job>") -> TrainingJob:
 
 def workload_problems(job: TrainingJob) -> list[str]:
     """What kdist's own workload (a module under kdist.workloads.) would refuse on the pods:
-    an unknown module, unknown or malformed args; torch-free (kdist.spec.workloads)."""
+    an unknown module, unknown or malformed args; torch-free (kdist.spec.workloads). And a
+    launcher (torchrun, ...) in the workload, which would start a world per process."""
     w = job.spec.workload
+    launcher = launcher_problem(w.module, w.command, w.args, job.spec.nodes,
+                                job.spec.procs_per_node)
+    if launcher:
+        return [launcher]
     bad = W.module_problem(w.module)
     if bad:
         return [f"spec.workload.module: {bad}"]
