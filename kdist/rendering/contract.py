@@ -5,6 +5,7 @@ runner both build pods' processes from here, so they cannot drift apart."""
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping
 
 from kdist.shared import env as E
@@ -73,11 +74,17 @@ def pod_env(job: TrainingJob, *, node_rank: int | None, master_addr: str | None,
             local: bool = False) -> dict[str, str]:
     """A pod's (or, `local`, a local node's) whole literal env, assembled here once:
     the contract, the shipped code's and runtime's digests, the GPU defaults and, in a
-    pod, the socket interface (a local run talks over loopback: a pod's interface name
-    would not exist here)."""
+    pod, HOME and the socket interface (a local run keeps the user's HOME, and talks over
+    loopback: a pod's interface name would not exist here)."""
     from kdist.rendering import podspec
 
     env = env_contract(job, node_rank=node_rank, master_addr=master_addr)
+    # HOME first, so $(HOME) expands in spec.env's values and args: a pod's is kdist's
+    # writable one; a local run keeps this machine's.
+    host_home = os.environ.get("HOME")
+    home = podspec.home_env(job) if not local else (
+        {"HOME": host_home} if host_home and "HOME" not in job.spec.env else {})
+    env = {**home, **env}
     if code_sha256 is not None:
         env[E.CODE_SHA256] = code_sha256
     if runtime_sha256 is not None:
@@ -95,7 +102,8 @@ def expand_refs(text: str, env: Mapping[str, str]) -> str:
     variable in ``env`` becomes its value; ``$$`` is one ``$``; an unknown name,
     an unclosed ``$(`` and ``$`` before anything else stay as written. ``kdist run
     --local`` applies it with the container's env (the contract and spec.env, as
-    rendered), never the host's, so ``$(HOME)`` stays literal there as in a pod.
+    rendered), never the host's; ``$(HOME)`` is the HOME each gets (a pod's is kdist's
+    ``DEFAULT_HOME`` unless spec.env sets one; a local run's is this machine's).
     """
     out: list[str] = []
     i = 0

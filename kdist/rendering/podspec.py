@@ -16,6 +16,7 @@ from kdist.spec.model import TrainingJob
 # pod says what it runs with, and a user's spec.env value wins.
 NCCL_ASYNC_ERROR_HANDLING = "TORCH_NCCL_ASYNC_ERROR_HANDLING"
 SOCKET_IFNAME_VARS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
+HOME_VOLUME = "kdist-home"
 
 
 def pod_fields(job: TrainingJob) -> dict[str, Any]:
@@ -58,11 +59,32 @@ def extended_resources(job: TrainingJob) -> dict[str, str]:
 
 
 def volume_mounts(job: TrainingJob) -> list[dict[str, Any]]:
-    return [v.mount() for v in job.spec.pod.volumes]
+    home = [{"name": HOME_VOLUME, "mountPath": E.DEFAULT_HOME}] if _own_home(job) else []
+    return home + [v.mount() for v in job.spec.pod.volumes]
 
 
 def volumes(job: TrainingJob) -> list[dict[str, Any]]:
-    return [v.source() for v in job.spec.pod.volumes]
+    home = [{"name": HOME_VOLUME, "emptyDir": {}}] if _own_home(job) else []
+    return home + [v.source() for v in job.spec.pod.volumes]
+
+
+def home_env(job: TrainingJob) -> dict[str, str]:
+    """HOME for a pod, unless spec.env sets it: a writable directory whatever the image
+    (one without a UID-1000 user would give the pods HOME=/). First in the env, so
+    spec.env's values can say $(HOME)."""
+    return {} if "HOME" in job.spec.env else {"HOME": E.DEFAULT_HOME}
+
+
+def _own_home(job: TrainingJob) -> bool:
+    """Whether kdist mounts the pods' HOME: not when spec.env sets HOME, nor when a volume
+    of the spec (spec.pod.volumes, the checkpoint) is already mounted there."""
+    s = job.spec
+    if "HOME" in s.env:
+        return False
+    mounted = [v.mount_path for v in s.pod.volumes]
+    if s.checkpoint is not None:
+        mounted.append(s.checkpoint.path)
+    return all(p.rstrip("/") != E.DEFAULT_HOME for p in mounted)
 
 
 def gpu_env(job: TrainingJob, env: dict[str, str]) -> dict[str, str]:

@@ -66,6 +66,10 @@ CODE_SRC = "KDIST_CODE_SRC"
 DEFAULT_CODE_MOUNT = "/var/run/kdist/code"
 #: Where the launcher unpacks the code in a pod (a writable emptyDir) and runs the workers.
 DEFAULT_CODE_DIR = "/workspace"
+#: HOME in a pod (an emptyDir) unless spec.env sets it: pods run as UID 1000, and an image
+#: without that user would give it HOME=/, where no cache (Hugging Face, torch hub, triton)
+#: can be written. kdist's own image has its user's home there too.
+DEFAULT_HOME = "/home/kdist"
 
 # spec.runtime: shipped (kdist.rendering.runtime_ship): kdist's container-side package as
 # one zip in a job-owned ConfigMap, for an image without kdist. The pod's bootstrap (a

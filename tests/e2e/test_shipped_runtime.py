@@ -1,13 +1,14 @@
 """spec.runtime shipped on a real cluster: an image without kdist, unchanged.
 
 The image is `kdist-bare:dev-cpu` (tests/cluster/image.sh: image/Dockerfile's bare
-target, torch and numpy, no kdist); `runtime: auto` ships kdist's runtime with the
-job as one ConfigMap owned by it. On it kdist's DDP workload trains as an Indexed
-Job, a SIGKILLed rank's gang restarts and resumes from its checkpoint; a workdir's
-script runs as a PyTorchJob. A runtime ConfigMap changed after rendering fails the
-job at once (exit 2, never retried); so does an image whose torch kdist does not
-support, by name. (One backend each: tests/dist runs the shipped runtime's restarts
-without a cluster, and CI's time is shared.)
+target, torch and numpy, no kdist, no user for the pods' UID 1000 and so no home: the
+pods' HOME is kdist's emptyDir, and a cache can be written there); `runtime: auto`
+ships kdist's runtime with the job as one ConfigMap owned by it. On it kdist's DDP
+workload trains as an Indexed Job, a SIGKILLed rank's gang restarts and resumes from
+its checkpoint; a workdir's script runs as a PyTorchJob. A runtime ConfigMap changed
+after rendering fails the job at once (exit 2, never retried); so does an image whose
+torch kdist does not support, by name. (One backend each: tests/dist runs the shipped
+runtime's restarts without a cluster, and CI's time is shared.)
 """
 
 from __future__ import annotations
@@ -47,11 +48,19 @@ ARGS = ["--max-steps", str(MAX_STEPS), "--checkpoint-every", str(CKPT_EVERY),
 pytestmark = pytest.mark.timeout(600)
 
 # In the running pod, with the container's own environment (the bootstrap's path is
-# its processes' only): is there a kdist in the image? Then SIGKILL the workers
-# (`python -m kdist.workloads.ddp`), not the launcher (`python3 -c BOOT ... --module`).
+# its processes' only): is there a kdist in the image? A user for the pods' UID (the
+# image has none, as most PyTorch images: HOME would be /)? Can a cache be written under
+# HOME (kdist's emptyDir)? Then SIGKILL the workers (`python -m kdist.workloads.ddp`),
+# not the launcher (`python3 -c BOOT ... --module`).
 PROBE_AND_KILL = (
-    "import importlib.util, os, signal\n"
+    "import importlib.util, os, pwd, signal\n"
     "print('image kdist:', importlib.util.find_spec('kdist'))\n"
+    "try: print('uid user:', pwd.getpwuid(os.getuid()).pw_name)\n"
+    "except KeyError: print('uid user: none')\n"
+    "cache = os.path.join(os.environ['HOME'], '.cache', 'probe')\n"
+    "try: os.makedirs(cache, exist_ok=True); open(os.path.join(cache, 'f'), 'w').write('x')\n"
+    "except OSError as e: print('home not writable:', os.environ['HOME'], e)\n"
+    "else: print('home writable:', os.environ['HOME'])\n"
     "for p in filter(str.isdigit, os.listdir('/proc')):\n"
     "    try: argv = open(f'/proc/{p}/cmdline', 'rb').read().split(b'\\0')\n"
     "    except OSError: continue\n"
@@ -88,6 +97,8 @@ def test_an_image_without_kdist_trains_and_resumes_after_a_sigkill(
          "pytorch", "--", "python3", "-c", PROBE_AND_KILL],
         capture_output=True, text=True, timeout=60)
     assert "image kdist: None" in probe.stdout, probe.stdout + probe.stderr
+    assert "uid user: none" in probe.stdout, probe.stdout + probe.stderr  # HOME=/ otherwise
+    assert f"home writable: {E.DEFAULT_HOME}\n" in probe.stdout, probe.stdout + probe.stderr
     assert "killed" in probe.stdout, probe.stdout + probe.stderr
     stream.until(lambda r: False, timeout=300)  # to the end of the run
     rc = proc.wait(30)

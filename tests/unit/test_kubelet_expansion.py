@@ -72,7 +72,8 @@ def test_env_values_expand_from_the_variables_listed_before_them():
 
 def test_a_local_run_expands_each_nodes_args_from_its_own_container_env(monkeypatch, tmp_path):
     """What `kdist run --local` hands its nodes: node rank per node, spec.env expanded,
-    the host's variables never (HOME is set here, yet stays literal)."""
+    the host's variables never, but for HOME: `$(HOME)` is the HOME the nodes get (a pod's
+    is kdist's writable one), here this machine's."""
     from kdist import local
     from kdist.spec import validate_job
 
@@ -95,6 +96,7 @@ def test_a_local_run_expands_each_nodes_args_from_its_own_container_env(monkeypa
     monkeypatch.chdir(tmp_path)
     assert local.run_local(job) == 0
     assert [argv[-4:] for argv in seen["argvs"]] == [
-        ["0", "$(HOME)", "unit-job-x", "$(TAG)"], ["1", "$(HOME)", "unit-job-x", "$(TAG)"]]
+        ["0", "/home/someone", "unit-job-x", "$(TAG)"],
+        ["1", "/home/someone", "unit-job-x", "$(TAG)"]]
     assert [env["TAG"] for env in seen["envs"]] == ["unit-job-x", "unit-job-x"]
     assert seen["envs"][0]["HOME"] == "/home/someone"  # the env itself is still this host's

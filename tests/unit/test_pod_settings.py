@@ -131,7 +131,8 @@ def test_every_setting_renders_and_passes_the_schema(backend):
         volumes = {v["name"]: v for v in pod["volumes"]}
         assert volumes["lustre"]["csi"]["driver"] == "fsx.csi.aws.com"
         assert volumes["cfg"]["configMap"]["defaultMode"] == 0o444
-        assert set(volumes) == {"dshm", "checkpoint", "data", "cfg", "tok", "lustre", "scratch"}
+        assert set(volumes) == {"dshm", "checkpoint", "data", "cfg", "tok", "lustre", "scratch",
+                                "kdist-home"}
     for t in templates(objects):
         assert t["metadata"]["annotations"] == {"k8s.v1.cni.cncf.io/networks": "rdma-net"}
 

@@ -107,7 +107,7 @@ def test_without_code_nothing_changes(tmp_path, backend):
     assert render(job, None) == objects
     assert [o["kind"] for o in objects] == TRAINING_KINDS[backend]
     for pod in pod_specs(objects[0]):
-        assert {v["name"] for v in pod["volumes"]} == {"dshm"}
+        assert {v["name"] for v in pod["volumes"]} == {"dshm", "kdist-home"}
         assert E.CODE_SHA256 not in {e["name"] for e in pod["containers"][0]["env"]}
 
 
