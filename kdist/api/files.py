@@ -80,7 +80,28 @@ def pack_code(job: TrainingJob, workdir: str | None = None, *,
     assert code is not None
     for line in code.warnings:
         (warn or _python_warning)(f"{code.origin}: {line}")
+    missing = script_problem(job, code)
+    if missing:
+        raise SpecError([missing])
     return code
+
+
+def script_problem(job: TrainingJob, code: Packed) -> str | None:
+    """`field: why` when the script the workload names (`[python, train.py]`) is not in the
+    packed workdir the workers start in; None when it is, or there is none to judge."""
+    from kdist.spec.workloads import script_not_shipped, script_of
+
+    w = job.spec.workload
+    found = script_of(w.command, w.args)
+    if found is None:
+        return None
+    where, index = found
+    token = (w.command if where == "command" else w.args)[index]  # type: ignore[index]
+    why = script_not_shipped(token, code.names)
+    if why is None:
+        return None
+    return (f"spec.workload.{where}[{index}]: {token!r} is not in the workdir {code.root} "
+            f"({code.origin}), where the workers start; {why}")
 
 
 def pod_security(objects: list[dict[str, Any]]) -> tuple[str | None, bool]:

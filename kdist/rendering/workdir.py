@@ -74,7 +74,9 @@ class Packed:
     the *uncompressed* tar, the tree's identity (what the unpacker verifies and status
     shows); `files` counts regular files and symlinks; `size` is their content's bytes
     before compression; `warnings` lists what was skipped and why, one line each;
-    `origin` names where the directory came from (spec.workdir or --workdir), for messages.
+    `origin` names where the directory came from (spec.workdir or --workdir), for messages;
+    `root` the directory as given; `names` every packed path (files, directories, links;
+    posix, relative), so validate can say a script is not there.
     """
 
     archive: bytes
@@ -83,6 +85,8 @@ class Packed:
     size: int
     warnings: tuple[str, ...] = field(default=())
     origin: str = FIELD
+    root: str = ""
+    names: frozenset[str] = field(default=frozenset())
 
 
 @dataclass(frozen=True)
@@ -351,7 +355,8 @@ def pack(root: Path | str, *, limit: int = DEFAULT_LIMIT) -> Packed:
                        f"({_human(size)} uncompressed), over the {_human(limit)} cap",
                        walk.entries)
     return Packed(archive=archive, sha256=sink.sha.hexdigest(), files=len(files), size=size,
-                  warnings=tuple(walk.warnings))
+                  warnings=tuple(walk.warnings), root=given,
+                  names=frozenset(e.rel for e in walk.entries))
 
 
 def pack_workdir(job: TrainingJob, workdir: Path | str | None = None, *,

@@ -31,11 +31,9 @@ def advice(job: TrainingJob, *, local: bool = False) -> list[str]:
                    "will be written: there is no spec.checkpoint (nor --checkpoint-dir)")
     if local:
         return out
-    script = W.relative_script(w.command)
-    where = "command"
-    if script is None and w.command is not None:
-        script, where = W.relative_script(w.args), "args"
-    if script is not None and s.workdir is None:
+    found = W.script_of(w.command, w.args)
+    if found is not None and s.workdir is None:
+        where, script = found
         name = (w.command if where == "command" else w.args)[script]  # type: ignore[index]
         out.append(f"spec.workload.{where}[{script}]: {name!r} is a relative path and there is "
                    "no spec.workdir: the pods look for it in the image (a local run finds it "

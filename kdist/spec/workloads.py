@@ -13,6 +13,7 @@ values, and nothing positional.
 from __future__ import annotations
 
 import difflib
+import posixpath
 import re
 from collections.abc import Sequence
 
@@ -121,6 +122,30 @@ def checkpoint_every_ignored(module: str | None, args: Sequence[str],
 
 
 _SCRIPT = re.compile(r"[^-].*\.(py|sh)|\.\.?/.+")
+
+
+def script_of(command: Sequence[str] | None, args: Sequence[str]) -> tuple[str, int] | None:
+    """("command" or "args", index) of the relative script the workload runs, if any."""
+    if command is None:
+        return None
+    index = relative_script(command)
+    if index is not None:
+        return "command", index
+    index = relative_script(args)
+    return None if index is None else ("args", index)
+
+
+def script_not_shipped(token: str, names: frozenset[str]) -> str | None:
+    """Why `token` (a relative script path the workers open in the shipped workdir) is not
+    among the packed `names`, or None: it is there, or it is not a path kdist can judge
+    (`run.sh` may come from PATH, `../x.py` from outside the workdir)."""
+    if not (token.endswith(".py") or token.startswith("./")):
+        return None
+    path = posixpath.normpath(token)
+    if path.startswith("../") or path in names:
+        return None
+    close = difflib.get_close_matches(path, sorted(names), n=1)
+    return f"did you mean {close[0]!r}?" if close else "it would not be found in the pods"
 
 
 def relative_script(command: Sequence[str] | None) -> int | None:

@@ -85,6 +85,7 @@ def test_a_relative_script_without_workdir_is_warned_about(tmp_path):
         _, res = validate(tmp_path, **{"spec.workload": quiet})
         assert res.exit_code == 0 and not warnings(res), res.output
     (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "train.py").write_text("print(1)\n")
     _, res = validate(tmp_path, **{"spec.workload": {"command": ["python", "train.py"]},
                                    "spec.workdir": "code"})
     assert res.exit_code == 0 and not warnings(res), res.output
@@ -116,3 +117,27 @@ def test_validate_imports_no_torch(tmp_path):
     assert res.returncode == 2, res.stderr
     assert "did you mean '--max-steps'" in res.stderr and "validate imported torch" not in \
         res.stderr
+
+
+def test_a_script_missing_from_the_workdir_is_refused_with_did_you_mean(tmp_path):
+    (tmp_path / "code" / "src").mkdir(parents=True)
+    (tmp_path / "code" / "src" / "train.py").write_text("print(1)\n")
+    path, res = validate(tmp_path, **{"spec.workload": {"command": ["python", "src/trian.py"]},
+                                      "spec.workdir": "code"})
+    assert res.exit_code == 2, res.output
+    assert errors(res) == [
+        f"error: {path}: spec.workload.command[1]: 'src/trian.py' is not in the workdir "
+        f"{tmp_path / 'code'} (spec.workdir), where the workers start; did you mean "
+        "'src/train.py'?"]
+    for there in (["python", "./src/train.py"], ["python", "-u", "src/train.py", "--x", "a.py"],
+                  ["python", "-m", "src.train"], ["bash", "run.sh"], ["python", "/app/t.py"]):
+        _, res = validate(tmp_path, **{"spec.workload": {"command": there},
+                                       "spec.workdir": "code"})
+        assert res.exit_code == 0, (there, res.output)
+    # The script in args, and --workdir instead of spec.workdir (render, submit, run too).
+    job = write_spec(tmp_path, spec_with(**{"spec.workload": {"command": ["python"],
+                                                              "args": ["train.py"]}}))
+    res = CliRunner().invoke(main, ["render", str(job), "--workdir", str(tmp_path / "code")])
+    assert res.exit_code == 2, res.output
+    assert "spec.workload.args[0]: 'train.py' is not in the workdir " in res.output
+    assert "(--workdir)" in res.output and "did you mean 'src/train.py'?" in res.output
