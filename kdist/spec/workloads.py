@@ -3,7 +3,8 @@
 `kdist.workloads.ddp`, `pipeline` and `fsdp` parse their flags with argparse
 after torch is imported; a typo there (`kdist.workloads.dpp`, `--maxsteps`)
 would surface only once the pods are scheduled. This table holds their module
-names and flags, so validate refuses those at once with a did-you-mean.
+names, flags and what their values must be, so validate refuses those at once with a
+did-you-mean, or argparse's own words for a value (`--lr fast`, `--dtype fp8`).
 tests/dist/test_workload_table.py fails when it and the real parsers
 (`build_parser()`) disagree. The rules are argparse's: `--flag value`,
 `--flag=value`, a unique prefix of a flag (`--max-step`), negative numbers as
@@ -12,10 +13,12 @@ values, and nothing positional.
 
 from __future__ import annotations
 
+import argparse
 import difflib
 import posixpath
 import re
 from collections.abc import Sequence
+from typing import NoReturn
 
 PACKAGE = "kdist.workloads."
 
@@ -33,6 +36,25 @@ WORKLOADS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
                  frozenset({"-h", "--help"})),
     "fsdp": (frozenset(_LOOP + _TRANSFORMER + ("--tp", "--dtype", "--weight-decay")),
              frozenset({"-h", "--help", "--activation-checkpointing"})),
+}
+
+# What each flag's value must be (argparse's `type` or `choices`; str where not listed), and
+# the least value the workloads' own checks (`check_args`) accept.
+_INTS = ("--max-steps", "--batch-size", "--seed", "--log-every", "--checkpoint-every",
+         "--keep-checkpoints", "--dataset-size", "--features", "--classes", "--hidden",
+         "--layers", "--microbatches", "--stages", "--heads", "--ffn", "--seq-len", "--vocab",
+         "--tp")
+_FLOATS = ("--lr", "--momentum", "--step-delay", "--bucket-cap-mb", "--weight-decay")
+VALUES: dict[str, type | tuple[str, ...]] = {
+    **dict.fromkeys(_INTS, int), **dict.fromkeys(_FLOATS, float),
+    "--dtype": ("bf16", "fp32"), "--grad-compression": ("bf16", "fp16", "none"),
+    "--schedule": ("1f1b", "gpipe"),
+}
+AT_LEAST: dict[str, float] = {
+    **dict.fromkeys(("--max-steps", "--log-every", "--batch-size", "--dataset-size",
+                     "--features", "--classes", "--hidden", "--layers", "--vocab",
+                     "--seq-len", "--heads"), 1),
+    "--checkpoint-every": 0, "--ffn": 0, "--step-delay": 0,
 }
 
 # argparse's test for a token that is a value although it starts with "-".
@@ -85,10 +107,47 @@ def args_problems(module: str | None, args: Sequence[str]) -> list[tuple[int, st
                 out.append((i, f"{token} needs a value"))
             else:
                 i += 1
+                bad = value_problem(full, value)
+                if bad:
+                    out.append((i, bad))
+        elif full in valued and (bad := value_problem(full, token.partition("=")[2])):
+            out.append((i, bad))
         elif full in flags and eq:
             out.append((i, f"{full} takes no value"))
         i += 1
     return out
+
+
+class _Refused(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # argparse's words, not a usage block and exit
+        raise _Refused(message)
+
+
+def value_problem(flag: str, value: str) -> str | None:
+    """What kdist's workloads would say of `value` for `flag` (a full flag name): argparse's
+    words for a wrong type or choice, the workload's own for a value below its least."""
+    if "$(" in value:
+        return None  # the kubelet expands it in the pod: not known here
+    kind = VALUES.get(flag, str)
+    parser = _Parser(add_help=False)
+    if isinstance(kind, tuple):
+        parser.add_argument(flag, choices=kind)
+    else:
+        parser.add_argument(flag, type=kind)
+    try:
+        parsed = getattr(parser.parse_args([f"{flag}={value}"]), flag[2:].replace("-", "_"))
+    except _Refused as e:
+        return str(e)
+    if flag == "--step-delay" and not 0 <= parsed <= 3600:
+        return "--step-delay must be between 0 and 3600 seconds"
+    least = AT_LEAST.get(flag)
+    if least is not None and parsed < least:
+        return f"{flag} must be >= {least}"
+    return None
 
 
 def _resolve(flag: str, known: frozenset[str], module: str | None) -> tuple[str | None, str]:

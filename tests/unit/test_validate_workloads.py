@@ -141,3 +141,34 @@ def test_a_script_missing_from_the_workdir_is_refused_with_did_you_mean(tmp_path
     assert res.exit_code == 2, res.output
     assert "spec.workload.args[0]: 'train.py' is not in the workdir " in res.output
     assert "(--workdir)" in res.output and "did you mean 'src/train.py'?" in res.output
+
+
+def test_a_bad_flag_value_is_refused_once_in_argparses_words(tmp_path):
+    path, res = validate(tmp_path, **{"spec.workload.args": [
+        "--lr", "fast", "--dtype=fp8", "--max-steps", "0", "--seed", "-3",
+        "--checkpoint-dir", "$(KDIST_CHECKPOINT_DIR)/x", "--log-every", "$(EVERY)"]})
+    assert res.exit_code == 2, res.output
+    lr, dtype, steps = errors(res)
+    assert lr == f"error: {path}: spec.workload.args[1]: argument --lr: invalid float value: " \
+                 "'fast'"
+    # Python's own wording of the choices (quoted or not) varies between versions.
+    assert dtype.startswith(f"error: {path}: spec.workload.args[2]: argument --dtype: invalid "
+                            "choice: 'fp8' (choose from ") and "fp32" in dtype, dtype
+    assert steps == f"error: {path}: spec.workload.args[4]: --max-steps must be >= 1"
+    assert "usage:" not in res.output
+
+
+@pytest.mark.parametrize("module,args,problem", [
+    ("pipeline", ["--schedule", "zb"], "argument --schedule: invalid choice: 'zb'"),
+    ("ddp", ["--grad-compression", "int8"], "argument --grad-compression: invalid choice"),
+    ("ddp", ["--max-step=2.5"], "argument --max-steps: invalid int value: '2.5'"),
+    ("ddp", ["--step-delay", "4000"], "--step-delay must be between 0 and 3600 seconds"),
+    ("fsdp", ["--ffn", "-1"], "--ffn must be >= 0"),
+    ("fsdp", ["--tp", "2", "--weight-decay", "0.01", "--dtype", "bf16"], None),
+])
+def test_values_as_the_workloads_parse_them(module, args, problem):
+    from kdist.spec.workloads import args_problems
+
+    got = args_problems(f"kdist.workloads.{module}", args)
+    assert [why for _, why in got] == ([] if problem is None else [got[0][1]]), got
+    assert problem is None or problem in got[0][1], got
