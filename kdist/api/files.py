@@ -187,7 +187,10 @@ def validate_file(file: str, *, warn: Warn | None = None) -> Validated:
     from kdist.spec import load_job
 
     say = warn or _python_warning
-    job = load_job(file)
+    try:
+        job = load_job(file)
+    except SpecError as e:
+        raise SpecError(e.problems + _workdir_problems(file, e.problems)) from None
     advise(file, job, say)
     try:
         code = pack_code(job, None, warn=say)  # a workdir that cannot be shipped is a problem
@@ -200,6 +203,22 @@ def validate_file(file: str, *, warn: Warn | None = None) -> Validated:
         f"{file}: ok ({s.backend}, {s.nodes} node(s) x {s.procs_per_node} proc(s), "
         f"{s.dist_backend})",
         security_note(file, line, loud))
+
+
+def _workdir_problems(file: str, problems: list[str]) -> list[str]:
+    """What packing the workdir of a file whose spec is invalid finds: every problem at
+    once, not the workdir's only after the spec is fixed."""
+    from kdist.rendering.workdir import WorkdirError, pack
+    from kdist.spec.load import workdir_as_written
+
+    root = workdir_as_written(file)
+    if root is None or any(": spec.workdir:" in p for p in problems):
+        return []
+    try:
+        pack(root)
+    except WorkdirError as e:
+        return [f"{file}: {p}" for p in e.problems]
+    return []
 
 
 def security_note(file: str, line: str | None, loud: bool) -> str | None:

@@ -75,6 +75,22 @@ def with_workdir_base(job: TrainingJob, base: str | Path) -> TrainingJob:
     return job.model_copy(update={"spec": spec})
 
 
+def workdir_as_written(path: str | Path) -> str | None:
+    """spec.workdir of a job file as written, relative to the file as load_job makes it, for a
+    file whose spec did not validate (so validate checks the workdir too); None without one."""
+    path = Path(path)
+    try:
+        doc = load_document(read_bounded(path, MAX_BYTES))
+    except (OSError, ValueError, YamlProblem):
+        return None
+    spec = doc.get("spec") if isinstance(doc, dict) else None
+    workdir = spec.get("workdir") if isinstance(spec, dict) else None
+    if not isinstance(workdir, str) or not workdir.strip() or "\0" in workdir:
+        return None
+    base = str(path.parent)
+    return workdir if os.path.isabs(workdir) or base in ("", ".") else os.path.join(base, workdir)
+
+
 def read_bounded(path: str | os.PathLike[str], limit: int) -> bytes:
     """A regular file's first `limit` + 1 bytes; ValueError for anything that is not one.
 

@@ -172,3 +172,20 @@ def test_values_as_the_workloads_parse_them(module, args, problem):
     got = args_problems(f"kdist.workloads.{module}", args)
     assert [why for _, why in got] == ([] if problem is None else [got[0][1]]), got
     assert problem is None or problem in got[0][1], got
+
+
+def test_a_schema_error_and_a_workdir_error_show_at_once(tmp_path):
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "bad\\name.py").write_text("")
+    path, res = validate(tmp_path, **{"spec.nodes": 0, "spec.workdir": "code",
+                                      "spec.workload": {"command": ["python", "t.py"]}})
+    assert res.exit_code == 2, res.output
+    got = errors(res)
+    assert got[0] == f"error: {path}: spec.nodes: must be >= 1, got 0", got
+    assert len(got) == 2 and got[1].startswith(f"error: {path}: spec.workdir: ") and \
+        "bad\\name.py" in got[1], got
+    path, res = validate(tmp_path, **{"spec.workdir": "nowhere",
+                                      "spec.workload.args": ["--maxsteps", "5"]})
+    assert res.exit_code == 2, res.output
+    assert [line.split(": ")[2] for line in errors(res)] == ["spec.workload.args[0]",
+                                                         "spec.workdir"], res.output
