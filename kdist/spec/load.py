@@ -130,7 +130,8 @@ def validate_job(doc: dict[str, Any], source: str = "<job>") -> TrainingJob:
     try:
         job = TrainingJob.model_validate(doc)
     except ValidationError as e:
-        raise SpecError([f"{source}: {p}" for p in _problems(e, doc)]) from None
+        problems = _problems(e, doc) + _launcher_as_written(doc)
+        raise SpecError([f"{source}: {p}" for p in problems]) from None
     problems = workload_problems(job)
     if problems:
         raise SpecError([f"{source}: {p}" for p in problems])
@@ -150,6 +151,24 @@ def workload_problems(job: TrainingJob) -> list[str]:
     if bad:
         return [f"spec.workload.module: {bad}"]
     return [f"spec.workload.args[{i}]: {why}" for i, why in W.args_problems(w.module, w.args)]
+
+
+def _launcher_as_written(doc: dict[str, Any]) -> list[str]:
+    """A launcher in a workload whose spec did not validate (every problem at once)."""
+    spec = doc.get("spec")
+    w = spec.get("workload") if isinstance(spec, dict) else None
+    if not isinstance(w, dict):
+        return []
+    module, command, args = w.get("module"), w.get("command"), w.get("args", [])
+    lists = [x for x in (command, args) if x is not None]
+    if not isinstance(module, (str, type(None))) or not all(
+            isinstance(x, list) and all(isinstance(a, str) for a in x) for x in lists):
+        return []
+    nodes, procs = spec.get("nodes", 1), spec.get("procsPerNode", 1)  # type: ignore[union-attr]
+    why = launcher_problem(module, command, args,
+                           nodes if type(nodes) is int and nodes > 0 else 1,
+                           procs if type(procs) is int and procs > 0 or procs == "auto" else 1)
+    return [why] if why else []
 
 
 def _problems(err: ValidationError, doc: dict[str, Any]) -> list[str]:

@@ -72,3 +72,14 @@ def test_every_launcher_spelling_is_caught(module, command, args, field, run):
 ])
 def test_what_is_no_launcher_passes(module, command):
     assert launcher_problem(module, command, [], 2, 2) is None
+
+
+def test_it_shows_beside_the_specs_own_errors(tmp_path):
+    path = write_spec(tmp_path, spec_with(**{
+        "spec.resources": {"gpus": -1},
+        "spec.workload": {"command": ["torchrun", "--nproc-per-node=2", "train.py"]}}))
+    res = CliRunner().invoke(main, ["validate", str(path)])
+    assert res.exit_code == 2, res.output
+    fields = [line.split(": ")[2] for line in res.output.splitlines() if line.startswith("error:")]
+    assert fields == ["spec.resources.gpus", "spec.workload.command[0]"], res.output
+    assert "spec.procsPerNode: 2" in res.output
