@@ -13,12 +13,11 @@ values, and nothing positional.
 
 from __future__ import annotations
 
-import argparse
 import difflib
 import posixpath
 import re
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 PACKAGE = "kdist.workloads."
 
@@ -122,9 +121,14 @@ class _Refused(Exception):
     pass
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:  # argparse's words, not a usage block and exit
-        raise _Refused(message)
+def _parser() -> Any:
+    import argparse  # here: render's cold start does not pay for it (validate's path does)
+
+    class Parser(argparse.ArgumentParser):
+        def error(self, message: str) -> NoReturn:  # argparse's words, no usage block, no exit
+            raise _Refused(message)
+
+    return Parser(add_help=False)
 
 
 def value_problem(flag: str, value: str) -> str | None:
@@ -133,7 +137,7 @@ def value_problem(flag: str, value: str) -> str | None:
     if "$(" in value:
         return None  # the kubelet expands it in the pod: not known here
     kind = VALUES.get(flag, str)
-    parser = _Parser(add_help=False)
+    parser = _parser()
     if isinstance(kind, tuple):
         parser.add_argument(flag, choices=kind)
     else:
