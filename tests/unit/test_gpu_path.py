@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 import pytest
@@ -165,6 +166,8 @@ def test_one_env_contract_for_pods_and_local_nodes_but_no_pod_interface_locally(
     assert pod["GLOO_SOCKET_IFNAME"] == "eth0" and "GLOO_SOCKET_IFNAME" not in local
     assert pod["KDIST_CODE_SHA256"] == "ab" * 32 and "KDIST_CODE_SHA256" not in local
     assert pod["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == local["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"
+    # HOME: a pod's is kdist's writable one, a local node keeps this machine's.
+    assert pod["HOME"] == "/home/kdist" and local.get("HOME") == os.environ.get("HOME")
     same = {k for k in pod if k not in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME",
-                                        "KDIST_CODE_SHA256", "KDIST_MASTER_ADDR")}
+                                        "KDIST_CODE_SHA256", "KDIST_MASTER_ADDR", "HOME")}
     assert {k: pod[k] for k in same} == {k: local[k] for k in same}
