@@ -42,15 +42,15 @@ def launcher_problem(module: str | None, command: Sequence[str] | None, args: Se
     found = _find(list(command or []) + list(args), 0)
     if found is None:
         return None
-    index, name, rest = found
+    index, name, kind, rest = found
     field = (f"spec.workload.command[{index}]" if index < len(command or [])
              else "spec.workload.command")
-    return _advice(field, name, name, rest, nodes, procs)
+    return _advice(field, name, kind, rest, nodes, procs)
 
 
-def _find(line: list[str], start: int) -> tuple[int, str, list[str]] | None:
-    """(index of the launcher in `line`, its name, its arguments), through env, sh -c and
-    python -m; None when the line starts no launcher."""
+def _find(line: list[str], start: int) -> tuple[int, str, str, list[str]] | None:
+    """(index of the launcher in `line`, how it was written, which launcher, its arguments),
+    through env, exec, sh -c and python -m; None when the line starts no launcher."""
     if not line:
         return None
     i, program = 0, _base(line[0])
@@ -62,9 +62,9 @@ def _find(line: list[str], start: int) -> tuple[int, str, list[str]] | None:
     if program in ("exec", "nohup"):
         return _find(line[1:], start + 1)
     if program in _PROGRAMS:
-        return start, _PROGRAMS[program], line[1:]
+        return start, _PROGRAMS[program], _PROGRAMS[program], line[1:]
     if program == "accelerate" and line[1:2] == ["launch"]:
-        return start, "accelerate launch", line[2:]
+        return start, "accelerate launch", "accelerate launch", line[2:]
     if _PYTHON.fullmatch(program):
         j = 1
         while j < len(line) and line[j].startswith("-") and line[j] != "-c":
@@ -75,7 +75,7 @@ def _find(line: list[str], start: int) -> tuple[int, str, list[str]] | None:
                 if name is None:
                     return None
                 skip = j + (2 if token == "-m" else 1)
-                return start, f"{program} -m {mod} ({name})", line[skip:]
+                return start, f"{program} -m {mod} ({name})", name, line[skip:]
             j += 2 if token in ("-X", "-W") else 1
         return None  # python SCRIPT ... or python -c: the script is the program
     if program in _SHELLS and "-c" in line[1:-1]:
@@ -95,7 +95,7 @@ def _find(line: list[str], start: int) -> tuple[int, str, list[str]] | None:
         for seg in segments:
             found = _find(seg, start)
             if found is not None:
-                return start, f"{found[1]} (in {_base(line[0])} -c)", found[2]
+                return start, f"{found[1]} (in {_base(line[0])} -c)", found[2], found[3]
     return None
 
 
@@ -104,9 +104,14 @@ def _advice(field: str, what: str, kind: str, rest: list[str], nodes: int,
     """The refusal: why, and the spec lines that say the same to kdist."""
     script, script_args, opts = _split(rest, kind)
     launched = nodes * procs if isinstance(procs, int) else None
-    worlds = (f"{launched} separate worlds (one per process kdist starts), so "
-              f"{launched} separate models" if launched else
-              "a separate world in every process kdist starts")
+    if launched == 1:
+        worlds = ("a world of its own inside kdist's one process, its workers unseen by "
+                  "kdist's restarts, logs and GPU placement")
+    elif launched:
+        worlds = (f"{launched} separate worlds (one per process kdist starts), so "
+                  f"{launched} separate models")
+    else:
+        worlds = "a separate world in every process kdist starts"
     nproc = opts.get("--nproc-per-node") or opts.get("--nproc_per_node") \
         or opts.get("--num_gpus") or opts.get("--num-gpus")
     want_procs: int | str = procs

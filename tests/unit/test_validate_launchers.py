@@ -83,3 +83,12 @@ def test_it_shows_beside_the_specs_own_errors(tmp_path):
     fields = [line.split(": ")[2] for line in res.output.splitlines() if line.startswith("error:")]
     assert fields == ["spec.resources.gpus", "spec.workload.command[0]"], res.output
     assert "spec.procsPerNode: 2" in res.output
+
+
+def test_torchruns_own_options_are_read_however_it_is_started():
+    # --no-python takes no value: the program after it is what runs, with its args.
+    for line in (["python", "-m", "torch.distributed.run", "--no-python", "bin/train", "x"],
+                 ["sh", "-c", "torchrun --no-python bin/train x"]):
+        why = launcher_problem(None, line, [], 1, 1)
+        assert why is not None and "{command: [bin/train, x]}" in why, why
+        assert "a world of its own inside kdist's one process" in why, why
