@@ -304,7 +304,8 @@ def _rank_entries(conn: Connection, name: str, rank: int | None, tail: int | Non
     job = cluster.get_job(name, ns)
     _check_rank(job, rank)
     tracker = tracked(cluster, job)
-    state, out = tracker.state, []
+    state = tracker.state
+    out: list[tuple[RankLog, Iterator[str]]] = []
     for r in sorted(state.ranks.values(), key=lambda r: r.rank):
         if rank is not None and r.rank != rank:
             continue
