@@ -77,17 +77,17 @@ def run_local(job: Any, *, stdout: IO[str] | None = None, code: Any = None,
               f"(spec.checkpoint.path is the pods' path)", file=sys.stderr, flush=True)
         for env in envs:
             env[E.CHECKPOINT_DIR] = str(ckpt)
-    # $(VAR) in env values and args, as the kubelet expands them in a pod.
-    envs = [contract.expanded_env(env) for env in envs]
-    argvs = [[contract.expand_refs(a, env) for a in contract.launch_argv(job)] for env in envs]
-    envs = [local_env(env) for env in envs]
     port = int(envs[0][E.MASTER_PORT])
     chosen = free_port(port)
     if chosen is not None and chosen != port:
         print(f"kdist: port {port} (spec.distributed.port) is in use here; this local run "
               f"uses port {chosen}", file=sys.stderr, flush=True)
-        for env in envs:
+        for env in envs:  # before $(KDIST_MASTER_PORT) is expanded: it is this port
             env[E.MASTER_PORT] = str(chosen)
+    # $(VAR) in env values and args, as the kubelet expands them in a pod.
+    envs = [contract.expanded_env(env) for env in envs]
+    argvs = [[contract.expand_refs(a, env) for a in contract.launch_argv(job)] for env in envs]
+    envs = [local_env(env) for env in envs]
     workspace = None if code is None else local_workspace(job, code, root)
     if workspace is not None:
         print(f"kdist: code {code.sha256[:12]} unpacked into {workspace} (the pods' "

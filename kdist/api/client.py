@@ -204,7 +204,8 @@ class Client:
 
     def rank_logs(self, name: str, *, rank: int | None = None,
                   tail: int | None = None) -> list[RankLog]:
-        """Every rank's log (or one rank's) as it is now, in rank order, as lists."""
+        """Every rank's log (or one rank's) as it is now, in rank order, as lists (a log
+        over 128 MiB is refused: `logs` streams any size)."""
         checks.name(name)
         rank = checks.count(rank, "rank", 0, checks.MAX_RANK)
         tail = checks.count(tail, "tail")

@@ -50,6 +50,8 @@ def logs(opts: ClusterOptions, name: str, node: int | None, rank: int | None, fo
     wrote them, as `kubectl logs` passes them.
     """
     from kdist import api
+    from kdist.api.jobs import rank_log_streams
+    from kdist.api.types import Connection, target
 
     _name(name)
     if node is not None and rank is not None:
@@ -66,14 +68,16 @@ def logs(opts: ClusterOptions, name: str, node: int | None, rank: int | None, fo
                 api.wait(name, logs=True, tail=tail, rank=chosen, observer=display,
                          **_opts(opts))
             return
-        entries = api.rank_logs(name, rank=chosen, tail=tail, **_opts(opts))
+        # Streamed, not `api.rank_logs`' lists: a log of any size, as kubectl prints it.
+        entries = rank_log_streams(Connection(target(**_opts(opts))), name, rank=chosen,
+                                   tail=tail)
     if entries:
-        check_rank_asked(name, rank, entries[0].procs_per_node)
-    for entry in entries:
+        check_rank_asked(name, rank, entries[0][0].procs_per_node)
+    for entry, lines in entries:
         unit = "rank" if entry.procs_per_node == 1 else "node"
         if entry.note:
             say(f"[{unit} {entry.rank}] ({entry.note})", err=True)
-        for line in entry.lines:
+        for line in lines:
             # color=True: click would strip colours when piped; kdist passes them on
             # (log_for decides what a terminal gets).
             click.echo(f"[{unit} {entry.rank}] {log_for(sys.stdout, line)}", color=True)

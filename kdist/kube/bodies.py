@@ -121,21 +121,26 @@ def lines(chunks: Iterable[bytes], max_line: int, where: str, *,
         yield bytes(buf)
 
 
+def text_lines(chunks: Iterable[bytes], max_line: int, what: str) -> Iterator[str]:
+    """A log's lines as text (split as str.splitlines does), one at a time as they
+    arrive, never more than one held: lines longer than `max_line` are cut."""
+    for raw in lines(chunks, max_line, what, cut=True):
+        yield from raw.decode("utf-8", "replace").splitlines() or [""]
+
+
 def last_lines(chunks: Iterable[bytes], tail: int | None, cap: int, max_line: int,
                what: str) -> list[str]:
-    """A log's lines as text (split as str.splitlines does), the last `tail` of them
-    when given, holding at most about `cap` bytes while reading: lines longer than
-    `max_line` are cut; with `tail`, older lines go to stay within `cap`; without, a
-    log past `cap` is a ClusterError naming `what`."""
+    """A log's lines as text (`text_lines`), the last `tail` of them when given,
+    holding at most about `cap` bytes while reading: with `tail`, older lines go to
+    stay within `cap`; without, a log past `cap` is a ClusterError naming `what`."""
     kept: deque[str] = deque()
     held = 0
-    for raw in lines(chunks, max_line, what, cut=True):
-        for text in raw.decode("utf-8", "replace").splitlines() or [""]:
-            kept.append(text)
-            held += sys.getsizeof(text) + SLOT
-            while kept and ((tail is not None and len(kept) > tail) or held > cap):
-                if tail is None:
-                    raise ClusterError(f"{what} is more than {size(cap)}: read its end with "
-                                       "--tail N, or follow it with -f")
-                held -= sys.getsizeof(kept.popleft()) + SLOT
+    for text in text_lines(chunks, max_line, what):
+        kept.append(text)
+        held += sys.getsizeof(text) + SLOT
+        while kept and ((tail is not None and len(kept) > tail) or held > cap):
+            if tail is None:  # only a list is refused: `kdist logs` streams (text_lines)
+                raise ClusterError(f"{what} is more than {size(cap)} to hold as a list: "
+                                   "read its end with tail=N, or stream it (Client.logs)")
+            held -= sys.getsizeof(kept.popleft()) + SLOT
     return list(kept)

@@ -19,12 +19,14 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
+from contextlib import ExitStack
 from typing import Any
 
 from kdist import backends
 from kdist.kube import bodies, kinds, owned
 from kdist.kube.answers import checked, listed
 from kdist.kube.config import ClusterOptions, KubeConfig
+from kdist.kube.deadline import each_within
 from kdist.kube.errors import (
     RETRYABLE_STATUS,
     Action,
@@ -207,6 +209,30 @@ class Cluster(Transport):
 
         try:
             return self.retrying("GET", once)
+        except HttpError as e:
+            raise api_error(e, action, self.server) from None
+        except Unanswered as u:
+            raise u.error from None
+
+    def log_lines(self, pod: str, namespace: str, tail: int | None = None) -> Iterator[str]:
+        """`read_log`'s lines, yielded as they stream in and never held: a log of any
+        size in bounded memory, as `kubectl logs` reads it. With `tail`, `read_log`'s
+        last lines (a server may send the whole log regardless). Each piece of the log
+        must come within the request timeout; the caller's time between lines is its own."""
+        if tail is not None:
+            yield from self.read_log(pod, namespace, tail)
+            return
+        action = Action("get", "pods/log", namespace, pod)
+        path = kinds.POD.item(namespace, pod, "log")
+        what = f"the log of pod {pod} in namespace {namespace}"
+        try:
+            with ExitStack() as stack:
+                resp, dog = self.retrying("GET", lambda: stack.enter_context(
+                    self.exchange("GET", path, {"container": "pytorch"}, what=action)))
+                pieces = bodies.pieces(resp, f"the API server at {self.server} answered GET "
+                                             f"{path}")
+                yield from bodies.text_lines(each_within(pieces, dog, self.request_timeout),
+                                             MAX_EVENT_BYTES, what)
         except HttpError as e:
             raise api_error(e, action, self.server) from None
         except Unanswered as u:

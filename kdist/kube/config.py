@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import stat
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -144,6 +145,8 @@ class KubeConfig:
                     config.load_kube_config_from_dict(
                         doc, context=self._opts.context, client_configuration=cfg,
                         persist_config=False)
+                execplugin.check_started(picked.user, said.unstarted,
+                                         lambda name: picked.named("users", name))
         except UsageError:
             raise
         except Exception as e:  # ConfigException, OSError, bad base64...
@@ -341,15 +344,26 @@ def _with_user(doc: dict[str, Any], name: str, user: dict[str, Any]) -> dict[str
     return dict(doc, users=users)
 
 
+class _Said(list[str]):
+    """What the official loader logged, and the error that kept the plugin from starting
+    (None when it started, or none was run)."""
+
+    unstarted: OSError | None = None
+
+
 @contextmanager
-def _plugin_errors() -> Iterator[list[str]]:
+def _plugin_errors() -> Iterator[_Said]:
     """What the official loader logs while it loads (a failed exec plugin's words), kept
     instead of printed."""
-    said: list[str] = []
+    said = _Said()
 
     class Keep(logging.Handler):
         def emit(self, record: logging.LogRecord) -> None:
             said.append(record.getMessage())
+            # The loader logs inside its `except`: the exception is the one handled now.
+            error = sys.exc_info()[1]
+            if isinstance(error, OSError) and execplugin.from_start(error):
+                said.unstarted = error
 
     handler, root = Keep(logging.ERROR), logging.getLogger()
     root.addHandler(handler)

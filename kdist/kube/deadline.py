@@ -79,6 +79,21 @@ class Watchdog:
                 _shut(self._conn)
 
 
+def each_within(pieces: Iterator[bytes], dog: Watchdog, seconds: float) -> Iterator[bytes]:
+    """`pieces` of an answer of any length, each to come within `seconds` of being
+    asked for (a server that stalls is cut); the time the caller takes between pieces is
+    its own (a pager the user has paused is no dead server)."""
+    while True:
+        dog.arm(seconds)
+        try:
+            piece = next(pieces, None)
+        finally:
+            dog.arm(None)
+        if piece is None:
+            return
+        yield piece
+
+
 def _shut(conn: Any) -> None:
     """Shut the socket of `conn` (a urllib3 connection) down, both ways. The plain
     socket's shutdown, also under TLS: an SSLSocket's own would unwrap it under the

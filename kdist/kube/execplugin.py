@@ -6,7 +6,10 @@ that is not text) it logs why and goes on without credentials, which reads as a
 plugin that ran and failed (exit 3). A command that cannot be run is an error
 in the kubeconfig, as kubectl's "exec: executable ... not found" is: checked
 here, before anything runs or is sent, naming ``users[NAME].user.exec.FIELD``.
-A plugin that runs and fails stays exit 3, in its own words (kdist.kube.config).
+What no look at the file can tell (a program this system cannot run, a ``#!`` line
+naming an interpreter that is not there) is told by the loader's own failure to
+start it (`check_started`), and is exit 2 too. A plugin that runs and fails stays
+exit 3, in its own words (kdist.kube.config).
 
 The command is found as kubectl finds it: one with a "/" in it relative to the
 folder of the kubeconfig that names it (`anchor`), a bare name on PATH (the
@@ -15,6 +18,7 @@ plugin's own env may set PATH: the loader runs it with that env).
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from collections.abc import Callable
@@ -64,6 +68,32 @@ def check(user: dict[str, Any], named: Callable[[str], str]) -> None:
     if problem:
         raise UsageError(f"{named('exec.command')}: the credential plugin cannot be run: "
                          f"{problem}")
+
+
+def from_start(error: OSError) -> bool:
+    """Whether `error` was raised starting a process (subprocess's exec), not later."""
+    tb = error.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_globals.get("__name__") == "subprocess":
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def check_started(user: dict[str, Any], unstarted: OSError | None,
+                  named: Callable[[str], str]) -> None:
+    """UsageError naming the exec plugin when the loader could not start it (`unstarted`)."""
+    if unstarted is None or not isinstance(user.get("exec"), dict):
+        return
+    command = user["exec"].get("command")
+    if unstarted.errno == errno.ENOEXEC:
+        why = "not a program this system can run (no #! line, or built for another system)"
+    elif unstarted.errno == errno.ENOENT:  # `check` found the file: its interpreter is not
+        why = "the interpreter its #! line names does not exist"
+    else:
+        why = unstarted.strerror or str(unstarted)
+    raise UsageError(f"{named('exec.command')}: the credential plugin cannot be run: "
+                     f"{command!r}: {why}")
 
 
 def _env(entries: Any, named: Callable[[str], str]) -> dict[str, str]:

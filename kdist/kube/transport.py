@@ -8,12 +8,15 @@ builds from the kubeconfig (TLS, the proxy kdist chose in `kdist.kube.proxy`), a
 body read at most 1 MiB) or `Unanswered` (naming what was asked, and whether it may
 have reached the server). `Transport.retrying` sends a request again when a 429
 (or a GET's 5xx) asks for a short wait (`kdist.kube.throttle`). Every answer's
-`Warning:` texts are kept, each distinct one once (`take_warnings`).
+`Warning:` texts are kept, each distinct one once (`take_warnings`). A server whose
+certificate is not checked (``insecure-skip-tls-verify: true``) is said once per process
+on stderr, in place of urllib3's warning on every request (`_say_unverified`).
 """
 
 from __future__ import annotations
 
 import json
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -56,6 +59,7 @@ class Transport:
         self.request_timeout = request_timeout
         self._pool = rest.RESTClientObject(configuration).pool_manager
         install(self._pool)
+        _say_unverified(configuration, self.server)
         self._warn_lock = threading.Lock()
         self._warned: set[str] = set()
         self._warnings: list[str] = []  # distinct, not taken yet
@@ -157,6 +161,36 @@ class Transport:
         with self._warn_lock:
             taken, self._warnings = self._warnings, []
         return taken
+
+
+_unverified_lock = threading.Lock()
+_unverified_said = False
+
+
+def _say_unverified(configuration: Any, server: str) -> None:
+    """One stderr line, once per process, when TLS to `server` is not verified.
+
+    urllib3 warns on every such request, each warning naming its own source file
+    (34 of them for one `kdist check`): that hides kdist's own lines and tells the
+    user nothing more than the first did.
+    """
+    global _unverified_said
+    if getattr(configuration, "verify_ssl", True) or not server.startswith("https:"):
+        return
+    import warnings
+
+    import urllib3
+
+    with _unverified_lock:
+        warnings.filterwarnings("ignore", category=urllib3.exceptions.InsecureRequestWarning)
+        if _unverified_said:
+            return
+        _unverified_said = True
+    from kdist.shared.terminal import escape
+
+    print(f"warning: TLS to {escape(server)} is not verified (the kubeconfig says "
+          "insecure-skip-tls-verify: true): whoever is in between can pose as the server",
+          file=sys.stderr, flush=True)
 
 
 def _warning_text(value: str) -> str:

@@ -15,7 +15,7 @@ from typing import Any
 from kdist import backends
 from kdist.shared import env as E
 from kdist.shared.labels import is_reserved
-from kdist.shared.names import DNS1123_LABEL, DNS1123_SUBDOMAIN, job_name_problem
+from kdist.shared.names import DNS1123_LABEL, DNS1123_SUBDOMAIN, job_name_problem, not_ascii
 from kdist.spec.quantity import parse_quantity
 
 API_VERSION = "kdist/v1alpha1"
@@ -44,13 +44,14 @@ def job_name(value: str) -> str:
 
 def namespace(value: str | None) -> str | None:
     if value is not None and (len(value) > 63 or not DNS1123_LABEL.fullmatch(value)):
-        raise ValueError(f"namespace {value!r} must be a DNS-1123 label of at most 63 characters")
+        raise ValueError(f"namespace {value!a} must be a DNS-1123 label of at most 63 "
+                         f"characters{not_ascii(value)}")
     return value
 
 
 def subdomain(value: str, what: str) -> str:
     if len(value) > 253 or not DNS1123_SUBDOMAIN.fullmatch(value):
-        raise ValueError(f"{what} {value!r} must be a DNS-1123 subdomain")
+        raise ValueError(f"{what} {value!a} must be a DNS-1123 subdomain{not_ascii(value)}")
     return value
 
 
@@ -79,9 +80,10 @@ def queue_name(value: str) -> str:
     """A Kueue LocalQueue's name: Kueue refuses a queue-name label that is not a DNS-1123
     subdomain (the name a LocalQueue can have), and a label value is at most 63."""
     if len(value) > 63 or not DNS1123_SUBDOMAIN.fullmatch(value):
-        raise ValueError(f"queue {value!r} cannot name a Kueue LocalQueue: it must be a "
+        raise ValueError(f"queue {value!a} cannot name a Kueue LocalQueue: it must be a "
                          "DNS-1123 subdomain of at most 63 characters (lower-case letters, "
-                         "digits, '-' and '.', starting and ending with a letter or digit)")
+                         "digits, '-' and '.', starting and ending with a letter or "
+                         f"digit){not_ascii(value)}")
     return value
 
 

@@ -24,12 +24,12 @@ def error_line(outcome: Outcome, code: int, *contains: str) -> str:
 
 
 def names_value(line: str, value: str) -> bool:
-    """Whether an error line names `value` recognisably: quoted (repr, JSON, '...', "...",
-    `...`), or bare when it is a word that cannot be mistaken for the sentence around it;
+    """Whether an error line names `value` recognisably: quoted (repr, ascii, JSON, '...',
+    "...", `...`), or bare when it is a word that cannot be mistaken for the sentence around it;
     the empty string by saying "empty"."""
     if value == "" and "empty" in line.lower():
         return True
-    forms = {repr(value), json.dumps(value)}
+    forms = {repr(value), ascii(value), json.dumps(value)}
     if value.isprintable():
         forms |= {f"'{value}'", f'"{value}"', f"`{value}`"}
     if any(f in line for f in forms):

@@ -13,6 +13,8 @@ import json
 
 import pytest
 
+from kdist import Client
+from kdist.shared.errors import ClusterError
 from tests.api import objects
 from tests.api.checks import error_line
 from tests.api.wireapi import Flood, WireApi, bomb
@@ -73,11 +75,34 @@ def test_status_reads_a_log_sent_whole_in_bounded_memory(api, kdist_proc, baseli
     assert [r["rank"] for r in json.loads(out.stdout)["ranks"]] == [0, 1], out.describe()
 
 
-def test_a_whole_log_past_the_answer_cap_is_refused_naming_tail(api, kdist, monkeypatch):
-    """Without --tail the whole log is asked for; past the 128 MiB cap (shrunk here) it is
-    an error that says how to read its end, not a log read into memory whole."""
+BIG_LOG = Flood(lines=51_200, width=4096)  # 200 MiB: past the 128 MiB answer cap
+
+
+def test_logs_streams_a_log_past_the_answer_cap_in_bounded_memory(api, kdist_proc, baseline):
+    """As kubectl: a log of any size is printed as it comes, never held (it was refused
+    past 128 MiB, pointing at --tail)."""
+    job = api.add(objects.job("demo"))[0]
+    api.add(objects.pod(job, 0))
+    api.floods[("default", "demo-0-abcde")] = BIG_LOG
+    out = kdist_proc("logs", "demo", "--rank", "0", limit=baseline.seconds + 120,
+                     max_memory_mb=ADDRESS_SPACE_MB)
+    assert out.code == 0 and not out.stderr, out.describe()
+    _bounded(out, baseline)
+    lines = out.stdout.splitlines()
+    assert len(lines) == BIG_LOG.lines, (len(lines), out.describe())
+    assert set(lines) == {"[rank 0] " + "x" * (BIG_LOG.width - 1)}, out.describe()
+
+
+def test_logs_past_the_answer_cap_print_every_line(api, kdist, kubeconfig, monkeypatch):
+    """Without --tail the whole log is printed, however far past the answer cap (shrunk
+    here to 1 MiB); only a list (`Client.rank_logs`) is refused past it."""
     monkeypatch.setattr("kdist.kube.client.MAX_ANSWER_BYTES", 1 << 20)
-    _flooded(api)
+    flood = Flood(lines=1024, width=4096)  # 4 MiB
+    job = api.add(objects.job("demo"))[0]
+    api.add(objects.pod(job, 0))
+    api.floods[("default", "demo-0-abcde")] = flood
     out = kdist("logs", "demo", "--rank", "0")
-    error_line(out, 3, "the log of pod demo-0-abcde in namespace default", "more than 1 MiB",
-               "--tail")
+    assert out.code == 0, out.describe()
+    assert out.stdout.splitlines() == ["[rank 0] " + "x" * (flood.width - 1)] * flood.lines
+    with pytest.raises(ClusterError, match="more than 1 MiB to hold as a list.*Client.logs"):
+        Client(kubeconfig=kubeconfig).rank_logs("demo", rank=0)

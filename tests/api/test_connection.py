@@ -22,6 +22,7 @@ from tests.api.checks import error_line
 from tests.api.fakeapi import FakeApi
 from tests.api.fakeproxy import FakeProxy
 from tests.api.kubeconfigs import TOKEN
+from tests.api.runner import run_process
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -143,6 +144,25 @@ def test_a_ca_with_insecure_skip_tls_verify_is_refused(kdist, tmp_path, how):
         out = kdist("list", kubeconfig=path)
         error_line(out, 2, str(path), "clusters[fake].cluster.insecure-skip-tls-verify")
         assert api.requests == [], out.describe()
+    finally:
+        api.stop()
+
+
+def test_insecure_skip_tls_verify_is_said_once(tmp_path):
+    """urllib3 warns on every unverified request, each warning two lines naming its own
+    file (34 for one `kdist check`); kdist says it once, in its own words."""
+    pair = kubeconfigs.self_signed(tmp_path)
+    if pair is None:
+        pytest.skip("no openssl CLI to make a certificate")
+    api = FakeApi(tls=pair).start()
+    try:
+        path = _kubeconfig(tmp_path / "kc", {"server": api.url, "insecure-skip-tls-verify": True})
+        out = run_process(api, path, ["check"], limit=60)
+        assert out.code == 0 and len(out.requests) > 2, out.describe()
+        lines = out.stderr.splitlines()
+        assert lines == [f"warning: TLS to {api.url} is not verified (the kubeconfig says "
+                         "insecure-skip-tls-verify: true): whoever is in between can pose as "
+                         "the server"], out.describe()
     finally:
         api.stop()
 

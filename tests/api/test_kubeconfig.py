@@ -139,11 +139,22 @@ def _unrunnable(tmp_path, what):
         return str(script), "not executable"
     if what == "a folder":
         return str(tmp_path), "directory"
+    if what == "no program":  # executable, but the kernel cannot run it (ENOEXEC)
+        script = tmp_path / "corp-login"
+        script.write_bytes(b"\x00\x01 not a program\n")
+        script.chmod(0o755)
+        return str(script), "not a program this system can run"
+    if what == "a missing interpreter":
+        script = tmp_path / "corp-login"
+        script.write_text("#!/kdist/no/such/interpreter\n")
+        script.chmod(0o755)
+        return str(script), "the interpreter its #! line names does not exist"
     return "kdist-no-such-plugin", "not found on PATH"
 
 
 @pytest.mark.parametrize("what", ["the root folder", "a missing file", "a file without x",
-                                  "a folder", "a name not on PATH"])
+                                  "a folder", "a name not on PATH", "no program",
+                                  "a missing interpreter"])
 def test_a_credential_plugin_that_cannot_be_run_is_a_kubeconfig_error(api, kdist, tmp_path,
                                                                       what):
     """Exit 2 naming users[NAME].user.exec.command, not exit 3 as a plugin that ran and
@@ -152,7 +163,7 @@ def test_a_credential_plugin_that_cannot_be_run_is_a_kubeconfig_error(api, kdist
     path = kubeconfigs.with_user(tmp_path / "kc.yaml", api.url, {
         "exec": {"apiVersion": EXEC_API, "command": command}})
     out = kdist("list", kubeconfig=path)
-    error_line(out, 2, "users[fake].user.exec.command", said)
+    error_line(out, 2, "users[fake].user.exec.command", "credential plugin", command, said)
     assert out.requests == [], out.describe()
 
 

@@ -55,6 +55,29 @@ def test_submit_replace_refuses_a_bad_name_in_the_spec(api, kdist, tmp_path, nam
     assert out.requests == [], out.describe()
 
 
+LOOKALIKE = "d\u0435mo"  # a Cyrillic е: shown as itself, the name looks like "demo"
+
+
+@pytest.mark.parametrize("verb", [*NAME_VERBS, "submit"])
+def test_a_lookalike_character_is_shown_escaped_and_named(api, kdist, tmp_path, verb):
+    """The error must show what is wrong with the name: as itself, `dеmo` looks right."""
+    args = ["submit", "--no-wait", str(objects.job_yaml(tmp_path / "job.yaml", LOOKALIKE))] \
+        if verb == "submit" else [verb, LOOKALIKE]
+    out = kdist(*args)
+    line = error_line(out, 2, "'d\\u0435mo'", "U+0435 (CYRILLIC SMALL LETTER IE) is not ASCII")
+    assert LOOKALIKE not in line, out.describe()
+    assert out.requests == [], out.describe()
+
+
+@pytest.mark.parametrize("where", ["flag", "kubeconfig"])
+def test_a_lookalike_character_in_a_namespace_is_shown_escaped(api, kdist, tmp_path, where):
+    kubeconfig = write_kubeconfig(tmp_path / "kc", api.url,
+                                  namespace=LOOKALIKE if where == "kubeconfig" else "default")
+    out = kdist(*(["-n", LOOKALIKE] if where == "flag" else []), "list", kubeconfig=kubeconfig)
+    error_line(out, 2, "'d\\u0435mo'", "U+0435 (CYRILLIC SMALL LETTER IE)")
+    assert out.requests == [], out.describe()
+
+
 def _verb_args(verb: str, spec) -> list[str]:
     return {"list": ["list"], "status": ["status", "bystander"], "logs": ["logs", "bystander"],
             "delete": ["delete", "bystander"], "submit": ["submit", "--no-wait", str(spec)],

@@ -54,11 +54,14 @@ def test_a_server_answering_a_byte_a_second_over_tls(tmp_path):
     assert out.ended_at - slow.at <= SHORT + SLACK, out.describe()
 
 
-def test_a_log_read_a_byte_a_second(api, kdist_proc):
-    """The same for a log (read whole, not followed), after the job and pods are read."""
+@pytest.mark.parametrize("head", [False, True], ids=["all", "body"])
+def test_a_log_read_a_byte_a_second(api, kdist_proc, head):
+    """The same for a log (read whole, not followed), after the job and pods are read.
+    A log of any size streams for as long as it takes, but each piece of it must come
+    within the deadline: a body that drips is no log that goes on."""
     job = api.add(objects.job("demo"))[0]
     api.add(objects.pod(job, 0), objects.pod(job, 1))
-    api.dribble(every=1.0, method="GET", path="/log")
+    api.dribble(every=1.0, head=head, method="GET", path="/log")
     out = kdist_proc("logs", "demo", "--rank", "0", env={KNOB: str(SHORT)},
                      limit=STARTUP_LIMIT, limit_after_request=LIMIT_AFTER_REQUEST + 5)
     assert not out.timed_out, f"kdist was still running; killed:\n{out.describe()}"

@@ -84,6 +84,44 @@ def test_a_busy_port_is_replaced_by_a_free_one(tmp_path, monkeypatch, capsys):
     assert other != str(port) and f"master 127.0.0.1:{other}" in out.getvalue()
 
 
+PORT_JOB = """\
+apiVersion: kdist/v1alpha1
+kind: TrainingJob
+metadata: {{name: local-port}}
+spec:
+  image: kdist-train:test
+  nodes: 1
+  procsPerNode: 1
+  workload:
+    command: [python, -c, {code}, "--port=$(KDIST_MASTER_PORT)"]
+  env: {{MY_PORT: "port $(KDIST_MASTER_PORT)"}}
+  distributed: {{backend: gloo, port: {port}}}
+  resources: {{cpu: "1", memory: 1Gi}}
+"""
+PORT_CODE = ("import json, os, sys; print('SEEN ' + json.dumps([sys.argv[1:], "
+             "os.environ['MY_PORT'], os.environ['MASTER_PORT']]), flush=True)")
+
+
+@pytest.mark.timeout(60)
+def test_a_replaced_port_is_the_one_kdist_master_port_expands_to(tmp_path, monkeypatch,
+                                                                   capsys):
+    """$(KDIST_MASTER_PORT) in args and spec.env is the port the run uses, not the busy one."""
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "job.yaml"
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        path.write_text(PORT_JOB.format(code=json.dumps(PORT_CODE), port=port))
+        out = io.StringIO()
+        assert run_local(load_job(path), stdout=out) == 0, out.getvalue()
+    [said] = [line for line in capsys.readouterr().err.splitlines() if "in use" in line]
+    used = said.rsplit(" ", 1)[1]
+    [seen] = [json.loads(line.partition("SEEN ")[2]) for line in out.getvalue().splitlines()
+              if "SEEN [" in line]
+    assert used != str(port) and seen == [[f"--port={used}"], f"port {used}", used], seen
+
+
 PROBE = Path(__file__).resolve().parents[1] / "compat" / "programs" / "env_probe.py"
 PROBE_JOB = """\
 apiVersion: kdist/v1alpha1

@@ -4,11 +4,13 @@
 from __future__ import annotations
 
 import gzip
+import time
 import zlib
 
 import pytest
 
 from kdist.kube import bodies, throttle
+from kdist.kube.deadline import Watchdog, each_within
 from kdist.kube.errors import HttpError
 from kdist.shared.errors import ClusterError
 
@@ -75,7 +77,8 @@ def test_a_log_is_held_within_its_cap():
     kept = bodies.last_lines(chunks, 500, 100_000, 1 << 20, "log")
     assert 0 < len(kept) < 100 and kept[-1] == "x" * 999  # the last ones that fit
     assert bodies.last_lines([b"y" * 5000 + b"\n"], 1, 1 << 20, 100, "log") == ["y" * 100]
-    with pytest.raises(ClusterError, match="the log is more than 100,000 bytes: read its end"):
+    with pytest.raises(ClusterError,
+                       match="the log is more than 100,000 bytes to hold as a list: read its"):
         bodies.last_lines(chunks, None, 100_000, 1 << 20, "the log")
 
 
@@ -102,3 +105,22 @@ def test_retry_after_is_read_as_client_go_reads_it(value, seconds):
 def test_what_is_sent_again(status, method, after, tries, waited, wait):
     e = HttpError(status, "", b"", after)
     assert throttle.pause(e, method, tries, waited) == wait
+
+
+def _slow(pieces: list[bytes], pause: float):
+    for piece in pieces:
+        time.sleep(pause)
+        yield piece
+
+
+def test_a_streamed_log_times_each_piece_not_the_reader():
+    """`kdist logs` piped into a pager the user has paused is no dead server: only the
+    time a piece takes to come counts against the deadline."""
+    dog, got = Watchdog(None), []
+    for piece in each_within(iter([b"a", b"b", b"c"]), dog, 0.2):
+        time.sleep(0.4)  # the reader, slower than the deadline
+        got.append(piece)
+    assert got == [b"a", b"b", b"c"] and not dog.fired
+    dog = Watchdog(None)
+    assert list(each_within(_slow([b"a", b"b"], 0.4), dog, 0.2)) == [b"a", b"b"]
+    assert dog.fired  # a piece that came too late: the read is cut (its socket shut)
