@@ -134,13 +134,13 @@ def create(cluster: Cluster, job: TrainingJob, code: Packed | None,
         raise UsageError(f"spec.distributed.gang native: the cluster does not serve "
                          f"{kinds.PODGROUP.api_version} PodGroups (feature gate GenericWorkload "
                          "off, or Kubernetes < 1.37); use auto (none where not served) or none")
-    notes = []
-    why = refusal(cluster, G.podgroup(job)) if gang == G.NATIVE else None
-    if why and d.gang == G.NATIVE:
-        raise ClusterError(f"spec.distributed.gang native: the PodGroup is refused: {why}")
-    if why:
+    notes: list[str] = []
+    refused = refusal(cluster, G.podgroup(job)) if gang == G.NATIVE else None
+    if refused and d.gang == G.NATIVE:
+        raise ClusterError(f"spec.distributed.gang native: the PodGroup is refused: {refused}")
+    if refused:
         gang = G.NONE
-        notes.append(f"PodGroup {G.podgroup_name(job)} is refused ({why}): job "
+        notes.append(f"PodGroup {G.podgroup_name(job)} is refused ({refused}): job "
                      f"{job.metadata.name} is scheduled pod by pod, not as a gang "
                      "(distributed.gang auto)")
     while True:  # each fallback happens once at most, before anything was made

@@ -53,9 +53,8 @@ def taken(cluster: Any, sent: dict[str, Any]) -> ClusterError:
 
 def owner_words(obj: dict[str, Any]) -> str:
     """Whose `obj` is, as far as it says: owners, managed-by label, kdist job, managers."""
-    meta = obj.get("metadata")
-    meta = meta if isinstance(meta, dict) else {}
-    labels = meta.get("labels") if isinstance(meta.get("labels"), dict) else {}
+    meta: dict[str, Any] = obj["metadata"] if isinstance(obj.get("metadata"), dict) else {}
+    labels: dict[str, Any] = meta["labels"] if isinstance(meta.get("labels"), dict) else {}
     words = []
     refs = [f"{_cut(r.get('kind'))}/{_cut(r.get('name'))}" for r in
             _dicts(meta.get("ownerReferences"))]

@@ -140,3 +140,18 @@ def test_a_configmap_kdist_did_not_make_is_named_with_its_owner(api, kdist, tmp_
     line = error_line(out, 3, "configmap", "Deployment/web", "helm", "metadata.name")
     assert "--replace" not in line and "job demo already exists" not in line, line
     assert api.store.alive("jobs") == [], "the submission is undone"
+
+
+def test_the_watch_goes_on_when_the_podgroup_may_not_be_read(api, kdist, spec):
+    """A Role that may create PodGroups but not list or watch them: submit's watch follows
+    the job to its end all the same, and says once that the PodGroup could not be read."""
+    from tests.api.test_verbs import _finish
+
+    api.fail(403, method="GET", path=f"{GROUPS}")
+    api.on_watch["jobs"] = lambda: _finish(api, api.store.get_stored("jobs", "demo"), (0, 0))
+    out = kdist("submit", "--timeout", "10", str(spec))
+    assert out.code == 0, out.describe()
+    assert "job demo succeeded" in out.stdout, out.describe()
+    said = [line for line in (out.stdout + out.stderr).splitlines()
+            if "PodGroup demo could not be read" in line]
+    assert len(said) == 1 and "forbidden" in said[0], out.describe()
