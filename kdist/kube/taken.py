@@ -38,10 +38,13 @@ def taken(cluster: Any, sent: dict[str, Any]) -> ClusterError:
     except KdistError as e:
         unread = str(e)
     if found is not None and made_by_kdist(found, job):
+        if found["metadata"].get("ownerReferences"):  # the job of that name is there
+            return ClusterError(f"job {job} already exists in namespace {ns} ({kind.ref}/"
+                                f"{name} is its): use --replace or `kdist delete {job}`")
         # `kdist delete` finds the job's Service and ConfigMaps by name and label, and a
         # PodGroup only through the job whose pods name it.
-        alone = kind is kinds.PODGROUP and not found["metadata"].get("ownerReferences")
-        advice = f"delete it ({delete})" if alone else f"use --replace or `kdist delete {job}`"
+        advice = f"delete it ({delete})" if kind is kinds.PODGROUP else \
+            f"use --replace or `kdist delete {job}`"
         return ClusterError(f"{ref} already exists, left by an earlier submission of job "
                             f"{job} ({owner_words(found)}): {advice}")
     whose = owner_words(found) if found is not None else f"kdist may not read it: {unread}"

@@ -155,3 +155,21 @@ def test_the_watch_goes_on_when_the_podgroup_may_not_be_read(api, kdist, spec):
     said = [line for line in (out.stdout + out.stderr).splitlines()
             if "PodGroup demo could not be read" in line]
     assert len(said) == 1 and "forbidden" in said[0], out.describe()
+
+
+def test_submitting_a_gang_job_that_exists_says_the_job_exists(api, kdist, spec):
+    """Its PodGroup (asked first) answers 409: the words are the job's, as without a gang."""
+    assert kdist("submit", "--no-wait", str(spec)).code == 0
+    out = kdist("submit", "--no-wait", str(spec))
+    error_line(out, 3, "job demo already exists in namespace default",
+               "use --replace or `kdist delete demo`")
+    assert not [r for r in out.requests if r.method == "POST" and r.path == JOBS]
+
+
+def test_a_podgroup_left_by_kdist_without_its_job_is_named(api, kdist, spec):
+    api.add({"kind": "PodGroup", "metadata": {"name": "demo", "labels": objects.labels("demo")},
+             "spec": {"schedulingPolicy": {"gang": {"minCount": 2}}}})
+    out = kdist("submit", "--no-wait", str(spec))
+    error_line(out, 3, "podgroup.scheduling.k8s.io/demo in namespace default already exists",
+               "left by an earlier submission of job demo",
+               "kubectl -n default delete podgroup.scheduling.k8s.io demo")
