@@ -39,8 +39,8 @@ def taken(cluster: Any, sent: dict[str, Any]) -> ClusterError:
         unread = str(e)
     if found is not None and made_by_kdist(found, job):
         if found["metadata"].get("ownerReferences"):  # the job of that name is there
-            return ClusterError(f"job {job} already exists in namespace {ns} ({kind.ref}/"
-                                f"{name} is its): use --replace or `kdist delete {job}`")
+            return ClusterError(f"job {job} already exists in namespace {ns}: use --replace "
+                                f"or `kdist delete {job}`")
         # `kdist delete` finds the job's Service and ConfigMaps by name and label, and a
         # PodGroup only through the job whose pods name it.
         advice = f"delete it ({delete})" if kind is kinds.PODGROUP else \
