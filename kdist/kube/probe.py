@@ -155,6 +155,7 @@ def _access(ask: Ask, ns: str, rule: dict[str, Any]) -> Verdict:
     ref = f"{resource}.{group}" if group else resource
     ref += f"/{sub}" if sub else ""
     denied: list[str] = []
+    unknown: list[str] = []  # verbs whose review answer is misshapen: kdist cannot tell
     for verb in rule["verbs"]:
         attrs = {"namespace": ns, "verb": verb, "group": group, "resource": resource,
                  **({"subresource": sub} if sub else {})}
@@ -165,13 +166,16 @@ def _access(ask: Ask, ns: str, rule: dict[str, Any]) -> Verdict:
         allowed = status.get("allowed") if isinstance(status, dict) else None
         if code >= 300:
             denied.append(f"{verb} (the review answered {code})")
-        elif not isinstance(allowed, bool):  # read as denied: kdist cannot tell
+        elif not isinstance(allowed, bool):
             what = f"status.allowed is {brief(allowed)}" if isinstance(status, dict) else \
                 f"status is {brief(status)}"
-            denied.append(f"{verb} (a malformed review answer: {what})")
+            unknown.append(f"{verb} (a malformed review answer: {what})")
         elif not allowed:
             denied.append(verb)
     if denied:
         return Verdict(f"access {ref}", FAIL, f"may not {', '.join(denied)} {ref} in "
                        f"namespace {ns}", RBAC_FIX.format(ns=ns))
+    if unknown:
+        return Verdict(f"access {ref}", UNKNOWN, f"could not tell whether you may "
+                       f"{', '.join(unknown)} {ref} in namespace {ns}")
     return Verdict(f"access {ref}", OK, f"may {', '.join(rule['verbs'])}")
