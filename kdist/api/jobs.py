@@ -90,29 +90,34 @@ def submit(conn: Connection, job: TrainingJob, *, wait: bool = True, replace: bo
             wait_gone(cluster, name, ns, DELETE_TIMEOUT)
         except JobNotFound:
             pass
-    created, warnings = create(cluster, job, code, dry_run == "server")
-    sub = Submission(name, ns, created, warnings, replaced, dry_run)
+    created, warnings, notes = create(cluster, job, code, dry_run == "server")
+    sub = Submission(name, ns, created, warnings, replaced, dry_run, notes=notes)
     if on_submitted is not None:
         on_submitted(sub)
     if not wait or dry_run:
         return sub
     state = follow(cluster, created[0], observer or Quiet(), logs=logs, timeout=timeout)
     _check(state)
-    return Submission(name, ns, created, warnings, replaced, None, state)
+    return Submission(name, ns, created, warnings, replaced, None, state, notes)
 
 
 def create(cluster: Cluster, job: TrainingJob, code: Packed | None,
-           dry_run: bool) -> tuple[list[dict[str, Any]], list[str]]:
+           dry_run: bool) -> tuple[list[dict[str, Any]], list[str], list[str]]:
     """Render `job` as it restarts and is scheduled on `cluster` and create it
-    (`Cluster.create`, all or nothing).
+    (`Cluster.create`, all or nothing); returns the objects, the API's warnings and kdist's
+    notes on what it chose (a gang fallback).
 
     restartMode auto sends the in-place form: a cluster without the feature drops the
     rule (the job then recreates) or refuses it (the recreate form is sent instead);
     inPlace asked of a cluster that does not serve it is refused before anything is made.
-    gang auto sends a native gang where discovery shows PodGroups (none elsewhere); a
-    refused PodGroup (a Role without it, say) sends the job without one instead. gang
-    native where PodGroups are not served is refused before anything is made.
+    gang auto sends a native gang where discovery shows PodGroups (none elsewhere). The
+    PodGroup is asked first, by a dry-run create: refused (a Role without podgroups, 403;
+    or 404 though discovery lists them), the job is sent without one, once, and a note
+    says so; nothing was made, so nothing is undone (deleting a Job and creating it again
+    at once collides with the first, which the API server holds while it goes). gang
+    native where PodGroups are not served, or refused, is refused before anything is made.
     """
+    from kdist.kube.creating import refusal
     from kdist.kube.restartprobe import serves_in_place
     from kdist.rendering import gang as G
     from kdist.rendering import render
@@ -130,9 +135,18 @@ def create(cluster: Cluster, job: TrainingJob, code: Packed | None,
         raise UsageError(f"spec.distributed.gang native: the cluster does not serve "
                          f"{kinds.PODGROUP.api_version} PodGroups (feature gate GenericWorkload "
                          "off, or Kubernetes < 1.37); use auto (none where not served) or none")
-    while True:  # each fallback happens once at most
+    notes: list[str] = []
+    refused = refusal(cluster, G.podgroup(job)) if gang == G.NATIVE else None
+    if refused and d.gang == G.NATIVE:
+        raise ClusterError(f"spec.distributed.gang native: the PodGroup is refused: {refused}")
+    if refused:
+        gang = G.NONE
+        notes.append(f"PodGroup {G.podgroup_name(job)} is refused ({refused}): job "
+                     f"{job.metadata.name} is scheduled pod by pod, not as a gang "
+                     "(distributed.gang auto)")
+    while True:  # each fallback happens once at most, before anything was made
         try:
-            return cluster.create(render(job, code, mode, gang), dry_run=dry_run)
+            return (*cluster.create(render(job, code, mode, gang), dry_run=dry_run), notes)
         except ClusterError as e:
             if mode == R.IN_PLACE and d.restart_mode == "auto" and R.refused(e):
                 mode = R.RECREATE
@@ -269,8 +283,11 @@ def status(conn: Connection, name: str, *, tail: int = 2000) -> JobState:
     tracker = tracked(cluster, job)
     for workload in cluster.workloads_of(job)[-1:]:
         tracker.queue_event(workload)
-    for podgroup in cluster.podgroups_of(job):
-        tracker.gang_event(podgroup)
+    try:
+        for podgroup in cluster.podgroups_of(job):
+            tracker.gang_event(podgroup)
+    except KdistError as e:  # not this user's to read (403): the rest of the job still is
+        tracker.state.gang_status, tracker.state.gang_message = "unreadable", str(e)
     for r in tracker.state.ranks.values():
         if r.pod and tracker.pod_started(r.pod):
             try:

@@ -55,6 +55,7 @@ class Submission:
     replaced: list[str] = field(default_factory=list)  # what --replace deleted first
     dry_run: str | None = None  # None, "client" or "server"
     state: JobState | None = None  # the end state, when submitted with wait=True
+    notes: list[str] = field(default_factory=list)  # kdist's own, e.g. a gang fallback
 
     @property
     def restart_mode(self) -> str:

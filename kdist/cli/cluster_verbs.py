@@ -157,6 +157,8 @@ def _submit_one(opts: ClusterOptions, file: str, wait: bool, follow: bool, dry_r
         say_pod_security(file, sub.objects)
         for w in sub.warnings:
             say(f"warning: the API server says: {w}", err=True)
+        for note in sub.notes:
+            say(f"warning: {note}", err=True)
         suffix = " (server dry run: accepted, nothing persisted)" if dry_run else ""
         for obj in sub.objects:
             if obj.get("kind") != "ConfigMap":

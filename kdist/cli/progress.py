@@ -327,6 +327,8 @@ def print_status(state: JobState) -> None:
         console.print(shown(f"{words} LocalQueue {state.queue_name}: {state.queue_message}"))
     if state.gang_holds():  # a native gang (distributed.gang): why its pods wait
         console.print(shown(f"job {state.name} {state.gang_words()}"))
+    if state.gang_status == "unreadable":
+        console.print(shown(f"PodGroup {state.gang} could not be read: {state.gang_message}"))
     if state.outcome == "Failed" and state.first_failure() is not None:
         console.print(shown(state.failure_line()))
     elif (bad := state.first_failure()) is not None:  # e.g. which rank hung, what was killed

@@ -108,6 +108,16 @@ def event(raw: Any, kind: kinds.Kind, where: str) -> dict[str, Any]:
     return raw
 
 
+def discovered(answer: dict[str, Any], kind: kinds.Kind) -> bool:
+    """Whether a discovery answer (an APIResourceList) lists `kind`'s resource; a
+    `resources` that is not a list is refused, as any misshapen answer is."""
+    resources = answer.get("resources")
+    if resources is not None and not isinstance(resources, list):
+        raise refused(f"the discovery of {kind.api_version}",
+                      f"resources is {_shown(resources)}, not a list")
+    return any(isinstance(r, dict) and r.get("name") == kind.plural for r in resources or [])
+
+
 def created_problem(answer: dict[str, Any], sent: dict[str, Any],
                     dry_run: bool = False) -> str | None:
     """Why the API server's answer to creating `sent` is not a created object (misshapen,

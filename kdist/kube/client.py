@@ -24,7 +24,7 @@ from typing import Any
 
 from kdist import backends
 from kdist.kube import bodies, kinds, owned
-from kdist.kube.answers import checked, listed
+from kdist.kube.answers import checked, discovered, listed
 from kdist.kube.config import ClusterOptions, KubeConfig
 from kdist.kube.deadline import each_within
 from kdist.kube.errors import (
@@ -130,8 +130,7 @@ class Cluster(Transport):
                 try:
                     answer = self.request(Action("get", "apiresources"), "GET",
                                           kind.discovery())
-                    found = any(r.get("name") == kind.plural
-                                for r in answer.get("resources") or [] if isinstance(r, dict))
+                    found = discovered(answer, kind)
                 except (JobNotFound, OperatorMissing):
                     found = False  # 404: no such API group here (no operator, no Kueue)
                 self._served[kind.kind] = found

@@ -19,9 +19,11 @@ from __future__ import annotations
 import secrets
 from typing import Any, Protocol
 
+from kdist import backends
 from kdist.kube import kinds, owned
 from kdist.kube.answers import created_problem
-from kdist.kube.errors import Action, MaybeDone, PartlyUndone
+from kdist.kube.errors import Action, AlreadyExists, Forbidden, MaybeDone, PartlyUndone
+from kdist.kube.taken import taken
 from kdist.shared.errors import ClusterError, JobNotFound, KdistError, OperatorMissing
 from kdist.shared.labels import JOB_NAME
 
@@ -102,6 +104,10 @@ def _create_one(cluster: Cluster, obj: dict[str, Any], dry_run: bool,
     try:
         return cluster.request(Action("create", kind.plural, ns, meta["name"]), "POST",
                                kind.collection(ns), query, obj)
+    except AlreadyExists:
+        if any(b.kind == kind for b in backends.BACKENDS):
+            raise  # the job itself: --replace is the way
+        raise taken(cluster, obj) from None
     except MaybeDone as e:
         if dry_run:
             raise
@@ -109,6 +115,26 @@ def _create_one(cluster: Cluster, obj: dict[str, Any], dry_run: bool,
         if found is not None:
             made.append(found)
         raise MaybeDone(str(e), found, unknown) from None
+
+
+def refusal(cluster: Cluster, obj: dict[str, Any]) -> str | None:
+    """Why the API server refuses to create `obj`, asked by a dry run (nothing is made):
+    its words for a 403 (a Role without it) or a 404 (not served after all, whatever
+    discovery said), else None. A 409 is `taken`'s error; any other failure is raised."""
+    kind, meta = kinds.of(obj), obj["metadata"]
+    ns = meta["namespace"]
+    try:
+        cluster.request(Action("create", kind.plural, ns, meta["name"]), "POST",
+                        kind.collection(ns), {"fieldManager": FIELD_MANAGER, "dryRun": "All"},
+                        obj)
+    except Forbidden as e:
+        return str(e)
+    except JobNotFound:
+        return (f"creating {kind.ref}/{meta['name']} answered 404 Not Found, though "
+                "discovery lists it")
+    except AlreadyExists:
+        raise taken(cluster, obj) from None
+    return None
 
 
 def read_back(cluster: Cluster, sent: dict[str, Any]) -> tuple[owned.Made | None, str | None]:

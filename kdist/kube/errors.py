@@ -61,6 +61,14 @@ class PartlyUndone(ClusterError):
         self.left = left
 
 
+class Forbidden(ClusterError):
+    """A 403: the API server (RBAC, or an admission webhook) refused the request."""
+
+
+class AlreadyExists(ClusterError):
+    """A create answered 409: an object of that name is there already."""
+
+
 @dataclass(frozen=True)
 class Action:
     """What was being done when the API answered: it names the error for the user."""
@@ -208,7 +216,7 @@ def api_error(e: HttpError, action: Action, server: str) -> KdistError:
     if e.status == 409 and action.verb == "create":
         other = "" if action.resource in training else \
             f" ({action.resource} {action.name} is there)"
-        return ClusterError(
+        return AlreadyExists(
             f"job {action.name} already exists {where}{other}: use --replace or "
             f"`kdist delete {action.name}`")
     if e.status == 409 and action.verb == "delete":  # a uid precondition failed
@@ -216,7 +224,7 @@ def api_error(e: HttpError, action: Action, server: str) -> KdistError:
             f"{action.resource} {action.name} {where} is no longer the object kdist checked "
             "or created (another of that name took its place): not deleted")
     if e.status == 403:
-        return ClusterError(f"forbidden: {action.verb} {action.resource} {where}: {message}")
+        return Forbidden(f"forbidden: {action.verb} {action.resource} {where}: {message}")
     if e.status == 401:
         return ClusterError(f"unauthorized: {server} refused the kubeconfig's credentials")
     backend = training.get(action.resource)

@@ -14,7 +14,8 @@ from typing import Any
 
 from kdist import backends
 from kdist.kube import kinds
-from kdist.kube.verdict import ABSENT, OK, UNKNOWN, Ask, Verdict
+from kdist.kube.verdict import ABSENT, OK, UNKNOWN, Ask, Verdict, brief, dig
+from kdist.shared.errors import KdistError
 
 # The action kdist's in-place restarts use (kdist.rendering.restarts), not just the field.
 _RULES = [{"action": "RestartAllContainers", "exitCodes": {"operator": "In", "values": [42]}}]
@@ -37,34 +38,57 @@ _NAME = "kdist-check-restart-rules"
 OPERATED = tuple(b for b in backends.BACKENDS if b.installs)
 
 
-def served_features(cluster: Any) -> dict[str, bool]:
-    """Which optional resources the cluster serves, by discovery (asked once each)."""
-    return {**{b.name: cluster.serves(b.kind) for b in OPERATED},
-            "kueue": cluster.serves(kinds.LOCALQUEUE),
-            "podgroup": cluster.serves(kinds.PODGROUP)}
+def served_features(cluster: Any) -> dict[str, bool | str]:
+    """Which optional resources the cluster serves, by discovery (asked once each): True,
+    False, or why discovery could not tell (a misshapen answer, a 403 or 500: one line
+    of its own, and the other checks go on)."""
+    wanted = {**{b.name: b.kind for b in OPERATED}, "kueue": kinds.LOCALQUEUE,
+              "podgroup": kinds.PODGROUP}
+    served: dict[str, bool | str] = {}
+    for name, kind in wanted.items():
+        try:
+            served[name] = cluster.serves(kind)
+        except KdistError as e:
+            served[name] = str(e)
+    return served
 
 
-def _backend(b: backends.Backend, served: bool) -> Verdict:
+def _unknown(name: str, kind: kinds.Kind, why: str) -> Verdict:
+    return Verdict(name, UNKNOWN, f"could not tell whether {kind.api_version} {kind.kind} is "
+                   f"served: {why}")
+
+
+def _backend(b: backends.Backend, served: bool | str) -> Verdict:
+    if isinstance(served, str):
+        return _unknown(b.name, b.kind, served)
     if served:
         return Verdict(b.name, OK, f"served ({b.kind.api_version}): --backend {b.name} works")
     return Verdict(b.name, ABSENT, f"no {b.kind.api_version} {b.kind.kind}: backend {b.name} "
                    f"needs {b.installs} ({backends.DEFAULT} works anywhere)")
 
 
-def features(ask: Ask, ns: str, served: dict[str, bool]) -> list[Verdict]:
+def features(ask: Ask, ns: str, served: dict[str, bool | str]) -> list[Verdict]:
     """One verdict per optional backend or feature."""
     operated = [_backend(b, served[b.name]) for b in OPERATED]
-    gang = Verdict("gang", OK, f"{kinds.PODGROUP.api_version} PodGroups are served: jobs are "
-                   "scheduled as a gang, all pods at once or none (distributed.gang auto)") \
-        if served.get("podgroup") else Verdict(
-        "gang", ABSENT, f"no {kinds.PODGROUP.api_version} PodGroup (feature gate GenericWorkload "
-        "off, or Kubernetes < 1.37): pods are scheduled one by one; spec.queue (Kueue) "
-        "admits a job whole")
-    return [*operated, _kueue(ask, ns, served["kueue"]), gang,
+    return [*operated, _kueue(ask, ns, served["kueue"]), _gang(served["podgroup"]),
             restart_rules(ask, ns)]
 
 
-def _kueue(ask: Ask, ns: str, served: bool) -> Verdict:
+def _gang(served: bool | str) -> Verdict:
+    if isinstance(served, str):
+        return _unknown("gang", kinds.PODGROUP, served)
+    if served:
+        return Verdict("gang", OK, f"{kinds.PODGROUP.api_version} PodGroups are served: jobs "
+                       "are scheduled as a gang, all pods at once or none (distributed.gang "
+                       "auto)")
+    return Verdict("gang", ABSENT, f"no {kinds.PODGROUP.api_version} PodGroup (feature gate "
+                   "GenericWorkload off, or Kubernetes < 1.37): pods are scheduled one by "
+                   "one; spec.queue (Kueue) admits a job whole")
+
+
+def _kueue(ask: Ask, ns: str, served: bool | str) -> Verdict:
+    if isinstance(served, str):
+        return _unknown("kueue", kinds.LOCALQUEUE, served)
     if not served:
         return Verdict("kueue", ABSENT, f"no {kinds.LOCALQUEUE.api_version} LocalQueue: "
                        "spec.queue needs Kueue")
@@ -72,8 +96,17 @@ def _kueue(ask: Ask, ns: str, served: bool) -> Verdict:
     if code >= 300:
         return Verdict("kueue", UNKNOWN, f"Kueue is served, but listing LocalQueues in "
                        f"namespace {ns} answered {code}")
-    names = sorted(str((q.get("metadata") or {}).get("name")) for q in
-                   answer.get("items") or [] if isinstance(q, dict))
+    items = answer.get("items")
+    if items is not None and not isinstance(items, list):
+        return Verdict("kueue", UNKNOWN, f"Kueue is served, but the LocalQueue list of "
+                       f"namespace {ns} is malformed: items is {brief(items)}, not a list")
+    names = [dig(q, "metadata", "name") for q in items or []]
+    bad = [n for n in names if not (isinstance(n, str) and n)]
+    if bad:
+        return Verdict("kueue", UNKNOWN, f"Kueue is served, but the LocalQueue list of "
+                       f"namespace {ns} is malformed: an item's metadata.name is "
+                       f"{brief(bad[0])}")
+    names.sort()
     if not names:
         return Verdict("kueue", OK, f"Kueue is served; no LocalQueue in namespace {ns} "
                        "(spec.queue names one: an admin makes it)")
@@ -98,12 +131,15 @@ def restart_rules(ask: Ask, ns: str) -> Verdict:
         message = " ".join(str(answer.get("message") or "").split())[:200]
         return Verdict("restart rules", UNKNOWN, f"could not tell: the dry-run create of a "
                        f"{what} answered {code}{f': {message}' if message else ''}")
-    spec = answer.get("spec") or {}
-    if what == "job":
-        spec = (spec.get("template") or {}).get("spec") or {}
-    containers = spec.get("containers") or [{}]
-    kept = isinstance(containers[0], dict) and bool(containers[0].get("restartPolicyRules"))
-    if kept:
+    path = ("spec", "template", "spec") if what == "job" else ("spec",)
+    where = ".".join((*path, "containers"))
+    containers = dig(answer, *path, "containers")
+    if not (isinstance(containers, list) and containers and isinstance(containers[0], dict)):
+        return _malformed(what, f"{where} is {brief(containers)}")
+    rules = containers[0].get("restartPolicyRules")
+    if not isinstance(rules, (list, type(None))):
+        return _malformed(what, f"{where}[0].restartPolicyRules is {brief(rules)}")
+    if rules:
         return Verdict("restart rules", OK, "container restartPolicyRules (RestartAllContainers) "
                        f"are served (they survived a dry-run create of a {what}): gangs "
                        "restart in place (distributed.restartMode auto)")
@@ -112,3 +148,7 @@ def restart_rules(ask: Ask, ns: str) -> Verdict:
                    "ContainerRestartRules off, or Kubernetes < 1.36): gangs restart by "
                    "recreating their pods")
 
+
+def _malformed(what: str, problem: str) -> Verdict:
+    return Verdict("restart rules", UNKNOWN, f"could not tell: the answer to the dry-run "
+                   f"create of a {what} is malformed: {problem}")

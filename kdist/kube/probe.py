@@ -19,7 +19,7 @@ from kdist.kube import kinds
 from kdist.kube.config import ClusterOptions, KubeConfig, resolve_namespace
 from kdist.kube.errors import Unreachable
 from kdist.kube.features import OPERATED, features, served_features
-from kdist.kube.verdict import FAIL, OK, SKIPPED, UNKNOWN, Ask, Verdict, ask_raw
+from kdist.kube.verdict import FAIL, OK, SKIPPED, UNKNOWN, Ask, Verdict, ask_raw, brief, dig
 from kdist.rendering.addons import RULES
 from kdist.shared.errors import KdistError
 
@@ -84,7 +84,8 @@ def check(opts: ClusterOptions) -> list[Verdict]:
         served = served_features(cluster)
         for rule in RULES:
             wanted = _NEEDS.get(rule["resources"][0])
-            if wanted is None or served[wanted]:  # no review of what the cluster lacks
+            # No review of what the cluster lacks (asked where discovery could not tell).
+            if wanted is None or served[wanted] is not False:
                 verdicts.append(_access(ask, ns, rule))
         verdicts += features(ask, ns, served)
     except KdistError as e:  # the server went away half-way: say so where it happened
@@ -108,8 +109,16 @@ def _credentials(ask: Ask, version_code: int) -> Verdict:
                        "credentials (401 Unauthorized)",
                        "log in again or refresh the context's token, certificate or "
                        "credential plugin (kubectl auth whoami tells the same)")
-    user = ((answer.get("status") or {}).get("userInfo") or {}).get("username")
-    if code < 300 and isinstance(user, str) and user:
+    if code == 404:  # no SelfSubjectReview before Kubernetes 1.28 (or its API group off)
+        return Verdict("credentials", UNKNOWN, "could not tell as whom: SelfSubjectReview "
+                       "answered 404 (Kubernetes < 1.28?); the access lines below tell "
+                       "what these credentials may do")
+    if code >= 300:  # authenticated (else 401), but not told as whom
+        return Verdict("credentials", OK if code == 403 else UNKNOWN,
+                       f"{'accepted, ' if code == 403 else ''}but SelfSubjectReview answered "
+                       f"{code}: not told as whom")
+    user = dig(answer, "status", "userInfo", "username")
+    if isinstance(user, str) and user:
         return Verdict("credentials", OK, f"accepted, as {user}")
     return Verdict("credentials", OK, "accepted (this server does not say as whom)")
 
@@ -128,7 +137,7 @@ def _namespace(ask: Ask, ns: str) -> Verdict:
         probe = {"apiVersion": "v1", "kind": "ConfigMap",
                  "metadata": {"name": "kdist-check", "namespace": ns}}
         code, answer = ask("POST", kinds.CONFIGMAP.collection(ns), probe, dryRun="All")
-        if code == 404 and (answer.get("details") or {}).get("kind") == "namespaces":
+        if code == 404 and dig(answer, "details", "kind") == "namespaces":
             return missing
     seen = "exists" if code < 300 else "may exist (you may neither get it nor create in it)"
     code, _ = ask("GET", kinds.POD.collection(ns), limit="1")
@@ -146,15 +155,27 @@ def _access(ask: Ask, ns: str, rule: dict[str, Any]) -> Verdict:
     ref = f"{resource}.{group}" if group else resource
     ref += f"/{sub}" if sub else ""
     denied: list[str] = []
+    unknown: list[str] = []  # verbs whose review answer is misshapen: kdist cannot tell
     for verb in rule["verbs"]:
         attrs = {"namespace": ns, "verb": verb, "group": group, "resource": resource,
                  **({"subresource": sub} if sub else {})}
         review = {"apiVersion": kinds.ACCESS_REVIEW.api_version,
                   "kind": kinds.ACCESS_REVIEW.kind, "spec": {"resourceAttributes": attrs}}
         code, answer = ask("POST", kinds.ACCESS_REVIEW.collection(None), review)
-        if code >= 300 or (answer.get("status") or {}).get("allowed") is not True:
-            denied.append(verb if code < 300 else f"{verb} (the review answered {code})")
+        status = answer.get("status")
+        allowed = status.get("allowed") if isinstance(status, dict) else None
+        if code >= 300:
+            denied.append(f"{verb} (the review answered {code})")
+        elif not isinstance(allowed, bool):
+            what = f"status.allowed is {brief(allowed)}" if isinstance(status, dict) else \
+                f"status is {brief(status)}"
+            unknown.append(f"{verb} (a malformed review answer: {what})")
+        elif not allowed:
+            denied.append(verb)
     if denied:
         return Verdict(f"access {ref}", FAIL, f"may not {', '.join(denied)} {ref} in "
                        f"namespace {ns}", RBAC_FIX.format(ns=ns))
+    if unknown:
+        return Verdict(f"access {ref}", UNKNOWN, f"could not tell whether you may "
+                       f"{', '.join(unknown)} {ref} in namespace {ns}")
     return Verdict(f"access {ref}", OK, f"may {', '.join(rule['verbs'])}")

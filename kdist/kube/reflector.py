@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from kdist.kube.errors import Gone, Transient
+from kdist.kube.errors import Forbidden, Gone, Transient
 from kdist.kube.objects import parse_time
 from kdist.kube.tracker import Tracker
 from kdist.shared.errors import ClusterError
@@ -364,6 +364,11 @@ class Session:
 
     def _apply(self, source: str, kind: str, payload: Any) -> Iterator[tuple[str, Any]]:
         t = self.tracker
+        if kind == "error" and source == "gang" and isinstance(payload, Forbidden):
+            s = t.state  # not this user's to read: the job is followed without it
+            s.gang_status, s.gang_message = "unreadable", str(payload)
+            yield "warning", f"PodGroup {s.gang} could not be read: {payload}"
+            return
         if kind == "error":
             raise payload
         if kind == "log-end":

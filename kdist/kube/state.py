@@ -75,7 +75,8 @@ class JobState:
     # A native gang (distributed.gang): its PodGroup (kube.objects.gang_of), "" when none;
     # the scheduler's verdict on it (kube.objects.gang_state) and minCount, once read.
     gang: str = ""
-    gang_status: str = ""  # "" (not read) | waiting | unschedulable | placed
+    # "" (not read) | waiting | unschedulable | placed | unreadable (gang_message: why)
+    gang_status: str = ""
     gang_min: int | None = None
     gang_message: str = ""
     # spec.procsPerNode (from the pods' env; the spec's default until the job says);

@@ -31,6 +31,25 @@ class Verdict:
         return asdict(self)
 
 
+def dig(answer: Any, *keys: str) -> Any:
+    """`answer[k1][k2]...`, or None where a step is missing or not an object: a probe reads
+    an answer of any shape (a Status's `status` is the text "Failure") without a crash."""
+    for key in keys:
+        if not isinstance(answer, dict):
+            return None
+        answer = answer.get(key)
+    return answer
+
+
+def brief(value: Any) -> str:
+    """`value` as JSON, cut to a few words: what a misshapen answer held, for its line."""
+    try:
+        text = json.dumps(value)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 #: ask(method, path, body=None, **query) -> (HTTP status, JSON answer)
 Ask = Callable[..., tuple[int, dict[str, Any]]]
 

@@ -7,9 +7,11 @@ the job, with ``schedulingPolicy.gang.minCount`` = nodes, and every pod's
 then holds the pods until all of them can be placed at once: two jobs that each need the
 whole cluster never both half-start (each holding part of it while waiting for the
 rest). The PodGroup comes after the training object, so the submitter makes it owned by
-it (``kdist.kube.creating``): deleting the job deletes it. A Job whose pod template
-names a schedulingGroup is left alone by the Job controller's own Workload integration
-(KEP-5547, gate ``WorkloadWithJob``): kdist's PodGroup is the one its pods use.
+it (``kdist.kube.creating``): deleting the job deletes it. A dry-run create of it comes
+before the job: a refused PodGroup then leaves nothing to undo (``kdist.api.jobs.create``).
+A Job whose pod template names a schedulingGroup is left alone by the Job controller's
+own Workload integration (KEP-5547, gate ``WorkloadWithJob``): kdist's PodGroup is the
+one its pods use.
 
 ``none``: pods are scheduled one by one (and Kueue, ``scheduling.queue``, stays the
 portable way to admit a job whole: a queued job gets no native gang).
@@ -51,9 +53,10 @@ def resolve(job: TrainingJob, served: bool = False) -> str:
 
 
 def refused(error: Exception) -> bool:
-    """Whether a create was refused for the native gang (the PodGroup, say a Role without
-    podgroups): the job is sent without one instead."""
-    return "podgroups" in str(error) or "schedulingGroup" in str(error)
+    """Whether the training object's create was refused for its pods' schedulingGroup: it
+    is sent without one instead (nothing was made: it is the first object). A PodGroup a
+    Role refuses is asked by a dry run before (``kdist.kube.creating.refusal``)."""
+    return "schedulingGroup" in str(error)
 
 
 def podgroup_name(job: TrainingJob) -> str:

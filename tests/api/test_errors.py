@@ -102,8 +102,10 @@ def test_409_the_job_exists(api, kdist, spec):
 def test_409_on_the_service_rolls_the_job_back(api, kdist, spec):
     api.add(objects.service("demo"))
     out = kdist("submit", "--no-wait", str(spec))
-    error_line(out, 3, "job demo already exists", "(services demo is there)")
-    assert_calls(out, [GANG, ("POST", JOBS), ("POST", SVCS), ("DELETE", f"{JOBS}/demo")])
+    error_line(out, 3, "service/demo in namespace default already exists", "of job demo",
+               "use --replace or `kdist delete demo`")
+    assert_calls(out, [GANG, ("POST", JOBS), ("POST", SVCS), ("GET", f"{SVCS}/demo"),
+                       ("DELETE", f"{JOBS}/demo")])
     assert api.store.alive("jobs") == [], "the half-made submission must be undone"
 
 

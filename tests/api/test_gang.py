@@ -1,6 +1,8 @@
-"""Native gang scheduling (distributed.gang) over the wire: discovery decides auto, the
-PodGroup is created after the Job and owned by it, `status` says what holds the pods,
-and `delete` leaves nothing of it."""
+"""Native gang scheduling (distributed.gang) over the wire: discovery decides auto, a
+dry-run create of the PodGroup comes before the Job (a refusal leaves nothing to undo),
+the PodGroup is created after the Job and owned by it, `status` says what holds the pods,
+and `delete` leaves nothing of it. A name already taken by an object kdist did not make
+is named with its kind and owner."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import pytest
 
 from tests.api import objects
 from tests.api.checks import assert_calls, error_line
+from tests.api.test_interrupts import with_workdir
 from tests.api.test_verbs import GANG, JOBS, SVCS
 
 pytestmark = pytest.mark.timeout(60)
@@ -18,7 +21,9 @@ GROUPS = "/apis/scheduling.k8s.io/v1beta1/namespaces/default/podgroups"
 def test_auto_makes_a_podgroup_owned_by_the_job_that_every_pod_names(api, kdist, spec):
     out = kdist("submit", "--no-wait", str(spec))
     assert out.code == 0, out.describe()
-    assert_calls(out, [GANG, ("POST", JOBS), ("POST", SVCS), ("POST", GROUPS)])
+    assert_calls(out, [GANG, ("POST", GROUPS), ("POST", JOBS), ("POST", SVCS), ("POST", GROUPS)])
+    probe = next(r for r in out.requests if r.path == GROUPS)
+    assert probe.query.get("dryRun") == "All", out.describe()
     job = api.store.get_stored("jobs", "demo")
     group = api.store.get_stored("podgroups", "demo")
     assert group["spec"]["schedulingPolicy"] == {"gang": {"minCount": 2}}
@@ -53,3 +58,118 @@ def test_native_needs_podgroups_served(api, kdist, tmp_path):
     error_line(out, 2, "spec.distributed.gang native: the cluster does not serve "
                        "scheduling.k8s.io/v1beta1 PodGroups")
     assert api.store.alive("jobs") == []
+
+
+def refusal(out, *contains: str) -> str:
+    """The one warning line of a gang fallback."""
+    assert out.code == 0, out.describe()
+    lines = [line for line in out.stderr.splitlines() if line.startswith("warning:")]
+    assert len(lines) == 1, out.describe()
+    for text in contains:
+        assert text in lines[0], out.describe()
+    return lines[0]
+
+
+@pytest.mark.parametrize(("code", "said"), [(403, "forbidden"), (404, "404")])
+def test_a_refused_podgroup_leaves_nothing_to_undo(api, kdist, spec, code, said):
+    """A Role without podgroups (403), or an API that lists them in discovery but answers
+    404 to a create: the job goes without a gang, created once; nothing is deleted (a real
+    API server still holds a deleted Job a while: a second create of it would collide)."""
+    api.fail(code, method="POST", path=f"{GROUPS}$")
+    out = kdist("submit", "--no-wait", str(spec))
+    refusal(out, "PodGroup demo", said, "pod by pod")
+    assert_calls(out, [GANG, ("POST", GROUPS), ("POST", JOBS), ("POST", SVCS)])
+    assert not [r for r in out.requests if r.method == "DELETE"], out.describe()
+    job = api.store.get_stored("jobs", "demo")
+    assert "schedulingGroup" not in job["spec"]["template"]["spec"], job
+    assert "as a gang" not in out.stdout, out.describe()
+
+
+def test_native_with_a_refused_podgroup_makes_nothing(api, kdist, tmp_path):
+    api.fail(403, method="POST", path=f"{GROUPS}$")
+    path = objects.job_yaml(tmp_path / "native.yaml")
+    path.write_text(path.read_text().replace("distributed: {backend: gloo}",
+                                             "distributed: {backend: gloo, gang: native}"))
+    out = kdist("submit", "--no-wait", str(path))
+    error_line(out, 3, "forbidden", "podgroups")
+    assert not [r for r in out.requests if r.path in (JOBS, SVCS)], out.describe()
+
+
+def test_status_shows_the_rest_when_the_podgroup_may_not_be_read(api, kdist, spec):
+    assert kdist("submit", "--no-wait", str(spec)).code == 0
+    api.fail(403, method="GET", path=f"{GROUPS}/demo")
+    out = kdist("status", "demo")
+    assert out.code == 0, out.describe()
+    assert "PodGroup demo could not be read: forbidden" in out.stdout, out.describe()
+    assert "demo-0" in out.stdout or "RANK" in out.stdout, out.describe()
+    out = kdist("status", "demo", "-o", "json")
+    assert out.code == 0, out.describe()
+    assert '"unreadable"' in out.stdout, out.describe()
+
+
+FOREIGN = {"labels": {"app.kubernetes.io/managed-by": "helm"},
+           "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web",
+                                "uid": "u-web"}],
+           "managedFields": [{"manager": "helm", "operation": "Update"}]}
+
+
+def test_a_podgroup_kdist_did_not_make_is_named_with_its_owner(api, kdist, spec):
+    api.add({"kind": "PodGroup", "metadata": {"name": "demo", **FOREIGN},
+             "spec": {"schedulingPolicy": {"gang": {"minCount": 9}}}})
+    out = kdist("submit", "--no-wait", str(spec))
+    line = error_line(out, 3, "podgroup", "demo", "Deployment/web", "helm", "metadata.name")
+    assert "--replace" not in line and "job demo already exists" not in line, line
+    assert api.store.alive("jobs") == [], "nothing is created beside another's PodGroup"
+
+
+def test_a_configmap_kdist_did_not_make_is_named_with_its_owner(api, kdist, tmp_path):
+    spec = with_workdir(tmp_path)
+
+    def squat(job: dict) -> None:  # the code ConfigMap's name is taken, by someone else
+        for volume in job["spec"]["template"]["spec"].get("volumes") or []:
+            for source in (volume.get("projected") or {}).get("sources") or []:
+                if "configMap" in source:
+                    api.add({"kind": "ConfigMap", "data": {},
+                             "metadata": {"name": source["configMap"]["name"], **FOREIGN}})
+            if "configMap" in volume:
+                api.add({"kind": "ConfigMap", "data": {},
+                         "metadata": {"name": volume["configMap"]["name"], **FOREIGN}})
+
+    api.after_create["jobs"] = squat
+    out = kdist("submit", "--no-wait", str(spec))
+    line = error_line(out, 3, "configmap", "Deployment/web", "helm", "metadata.name")
+    assert "--replace" not in line and "job demo already exists" not in line, line
+    assert api.store.alive("jobs") == [], "the submission is undone"
+
+
+def test_the_watch_goes_on_when_the_podgroup_may_not_be_read(api, kdist, spec):
+    """A Role that may create PodGroups but not list or watch them: submit's watch follows
+    the job to its end all the same, and says once that the PodGroup could not be read."""
+    from tests.api.test_verbs import _finish
+
+    api.fail(403, method="GET", path=f"{GROUPS}")
+    api.on_watch["jobs"] = lambda: _finish(api, api.store.get_stored("jobs", "demo"), (0, 0))
+    out = kdist("submit", "--timeout", "10", str(spec))
+    assert out.code == 0, out.describe()
+    assert "job demo succeeded" in out.stdout, out.describe()
+    said = [line for line in (out.stdout + out.stderr).splitlines()
+            if "PodGroup demo could not be read" in line]
+    assert len(said) == 1 and "forbidden" in said[0], out.describe()
+
+
+def test_submitting_a_gang_job_that_exists_says_the_job_exists(api, kdist, spec):
+    """Its PodGroup (asked first) answers 409: the words are the job's, as without a gang."""
+    assert kdist("submit", "--no-wait", str(spec)).code == 0
+    out = kdist("submit", "--no-wait", str(spec))
+    error_line(out, 3, "job demo already exists in namespace default",
+               "use --replace or `kdist delete demo`")
+    assert not [r for r in out.requests if r.method == "POST" and r.path == JOBS]
+
+
+def test_a_podgroup_left_by_kdist_without_its_job_is_named(api, kdist, spec):
+    api.add({"kind": "PodGroup", "metadata": {"name": "demo", "labels": objects.labels("demo")},
+             "spec": {"schedulingPolicy": {"gang": {"minCount": 2}}}})
+    out = kdist("submit", "--no-wait", str(spec))
+    error_line(out, 3, "podgroup.scheduling.k8s.io/demo in namespace default already exists",
+               "left by an earlier submission of job demo",
+               "kubectl -n default delete podgroup.scheduling.k8s.io demo")

@@ -5,21 +5,34 @@ The test clusters serve scheduling.k8s.io/v1beta1 PodGroups (gate GenericWorkloa
 `auto` gangs every Indexed Job: kdist makes a PodGroup (minCount = nodes) owned by the
 Job, and kube-scheduler's GangScheduling plugin places all of a job's pods at once or
 none. Pod by pod, two such jobs can each get one pod of the node and wait for ever.
+
+Where a Role refuses PodGroups, `auto` falls back: kdist asks for the PodGroup with a
+dry run before the Job, so the Job is created once, without a gang, and runs.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import time
 from typing import Any
 
 import pytest
-from kubernetes import client
+from kubernetes import client, utils
+from kubernetes.client.exceptions import ApiException
 
+from kdist.rendering import addons
 from kdist.spec.quantity import parse_quantity
 
 from .conftest import REQUEST_TIMEOUT, Kube
-from .conftest_cli import IMAGE, job_file_fixture, kdist_fixture, kubectl  # noqa: F401
+from .conftest_cli import (  # noqa: F401
+    IMAGE,
+    job_file_fixture,
+    kdist_fixture,
+    kubectl,
+    leftovers,
+)
+from .test_rbac import kubeconfig_for
 
 JOBS = ("first", "second")
 
@@ -172,3 +185,74 @@ def test_two_jobs_that_each_need_the_whole_node_never_both_half_start(
     assert kdist("delete", earlier).returncode == 0
     left = kubectl("-n", namespace, "get", "podgroups.scheduling.k8s.io", "-o", "name").stdout
     assert left.split() == [f"podgroup.scheduling.k8s.io/{later}"], left
+
+
+def serves_podgroups(kube: Kube) -> bool:
+    try:
+        found = client.CustomObjectsApi(kube.api).get_api_resources(
+            "scheduling.k8s.io", "v1beta1", _request_timeout=REQUEST_TIMEOUT)
+    except ApiException as e:
+        if e.status != 404:
+            raise
+        return False
+    return any(r.name == "podgroups" for r in found.resources)
+
+
+def install_role_without_podgroups(kube: Kube, namespace: str) -> None:
+    """kdist's ServiceAccount, Role and RoleBinding, less the Role's podgroups rule: every
+    request about a PodGroup is refused (403), as a Role written before gangs would."""
+    objects = copy.deepcopy(addons.rbac(namespace))
+    role = next(o for o in objects if o["kind"] == "Role")
+    role["rules"] = [r for r in role["rules"] if "podgroups" not in r["resources"]]
+    assert len(role["rules"]) == len(addons.RULES) - 1, role["rules"]
+    for obj in objects:
+        utils.create_from_dict(kube.api, obj, namespace=namespace)
+
+
+def test_a_role_that_refuses_podgroups_runs_the_job_without_a_gang(
+        kube, namespace, kdist, job_file, tmp_path):
+    """The fallback on a real API server, which holds a deleted Job while its deletion
+    runs: kdist used to create the Job, have its PodGroup refused, delete the Job and
+    create it again at once, and the second create collided with the first ("already
+    exists"). Now the PodGroup's dry run comes first and the Job is created once."""
+    if not serves_podgroups(kube):
+        pytest.skip("the cluster does not serve scheduling.k8s.io/v1beta1 PodGroups")
+    install_role_without_podgroups(kube, namespace)
+    cfg = kubeconfig_for(addons.SERVICE_ACCOUNT, namespace, tmp_path / "sa.kubeconfig")
+
+    path = job_file("gangless", paced={"PACE": "0.2"}, args=["--max-steps", "5"])
+    sub = kdist("--kubeconfig", cfg, "submit", path, "--timeout", "200")
+    assert sub.returncode == 0, sub.stdout + sub.stderr
+    warned = [line for line in sub.stderr.splitlines()
+              if line.startswith("warning: PodGroup gangless is refused")]
+    assert len(warned) == 1 and "forbidden" in warned[0], sub.stderr
+    assert "pod by pod" in warned[0], warned
+    assert "scheduling: as a gang" not in sub.stdout, sub.stdout
+    assert sub.stdout.count("job.batch/gangless created") == 1, sub.stdout
+
+    # The Job, made once, names no PodGroup and ran to its end; there is no PodGroup.
+    job, deadline = job_obj(namespace, "gangless"), time.monotonic() + 60
+    while done(job) is None and time.monotonic() < deadline:  # Complete follows success
+        time.sleep(0.5)
+        job = job_obj(namespace, "gangless")
+    assert "schedulingGroup" not in job["spec"]["template"]["spec"], job["spec"]["template"]
+    assert done(job) == "Complete", job.get("status")
+    groups = kubectl("-n", namespace, "get", "podgroups.scheduling.k8s.io", "-o", "name")
+    assert groups.stdout.split() == [], groups.stdout
+    status = kdist("--kubeconfig", cfg, "status", "gangless", "-o", "json")
+    assert status.returncode == 0, status.stderr
+    report = json.loads(status.stdout)
+    assert report["phase"] == "Succeeded" and report["gang"] is None, report
+
+    # gang native asks for a gang or nothing: refused before anything is made.
+    native = job_file("native", paced={"PACE": "0.2"}, args=["--max-steps", "2"],
+                      distributed={"backend": "gloo", "gang": "native"})
+    res = kdist("--kubeconfig", cfg, "submit", native, "--no-wait")
+    assert res.returncode == 3, res.stdout + res.stderr
+    assert "spec.distributed.gang native: the PodGroup is refused: forbidden" in res.stderr, \
+        res.stderr
+    assert leftovers(namespace, "native") == []
+
+    deleted = kdist("--kubeconfig", cfg, "delete", "gangless")
+    assert deleted.returncode == 0, deleted.stderr
+    assert leftovers(namespace, "gangless") == []

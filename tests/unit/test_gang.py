@@ -11,6 +11,7 @@ import pytest
 
 from kdist.api.jobs import create
 from kdist.kube import kinds
+from kdist.kube.errors import Forbidden
 from kdist.kube.objects import gang_of, gang_state
 from kdist.kube.tracker import Tracker
 from kdist.rendering import gang as G
@@ -95,7 +96,7 @@ def test_auto_is_native_only_where_served_and_neither_queued_nor_a_pytorchjob():
 
 class FakeCluster:
     """Creates as an API server that serves PodGroups or not; `refuse` answers a PodGroup's
-    create 403 (a Role without podgroups)."""
+    create 403 (a Role without podgroups), its dry run too."""
 
     server = "https://fake:6443"
 
@@ -103,6 +104,13 @@ class FakeCluster:
         self.served, self.refuse = served, refuse
         self.discovered: list[str] = []
         self.created: list[list[dict[str, Any]]] = []
+        self.asked: list[tuple[str, str]] = []  # dry-run creates: (kind, dryRun)
+
+    def request(self, action, method, path, query=None, body=None):
+        self.asked.append((body["kind"], (query or {}).get("dryRun", "")))
+        if self.refuse and body["kind"] == "PodGroup":
+            raise Forbidden(f"forbidden: create podgroups in namespace d: {self.REFUSED}")
+        return copy.deepcopy(body)
 
     def serves(self, kind) -> bool:
         self.discovered.append(kind.kind)
@@ -111,17 +119,21 @@ class FakeCluster:
     def create(self, objects, *, dry_run=False):
         self.created.append(objects)
         if self.refuse and any(o["kind"] == "PodGroup" for o in objects):
-            raise ClusterError('podgroups.scheduling.k8s.io "unit-job" is forbidden: User '
-                               '"alice" cannot create resource "podgroups"')
+            raise ClusterError(f"forbidden: create podgroups in namespace d: {self.REFUSED}")
         return [copy.deepcopy(o) for o in objects], []
+
+    REFUSED = 'podgroups.scheduling.k8s.io "unit-job" is forbidden: User "alice" cannot create'
+
 
 
 @pytest.mark.parametrize(("served", "kinds_made"), [
     (True, ["Job", "Service", "PodGroup"]), (False, ["Job", "Service"])])
 def test_auto_gangs_where_discovery_shows_podgroups(served, kinds_made):
     cluster = FakeCluster(served)
-    created, _ = create(cluster, job("auto"), None, False)
+    created, _, notes = create(cluster, job("auto"), None, False)
     assert [o["kind"] for o in created] == kinds_made
+    assert notes == []
+    assert cluster.asked == ([("PodGroup", "All")] if served else [])
     assert bool(gang_of(created[0])) is served
     assert "PodGroup" in cluster.discovered
 
@@ -135,19 +147,24 @@ def test_native_where_podgroups_are_not_served_is_refused_before_creating():
 
 
 def test_a_refused_podgroup_sends_auto_without_a_gang_but_native_fails():
+    """Asked by a dry run before the job: the job is created once, without a gang, and a
+    note says why; native fails with nothing created."""
     cluster = FakeCluster(True, refuse=True)
-    created, _ = create(cluster, job("auto"), None, False)
-    assert len(cluster.created) == 2 and gang_of(created[0]) == ""
+    created, _, (note,) = create(cluster, job("auto"), None, False)
+    assert len(cluster.created) == 1 and gang_of(created[0]) == ""
     assert [o["kind"] for o in created] == ["Job", "Service"]
-    with pytest.raises(ClusterError, match="forbidden"):
-        create(FakeCluster(True, refuse=True), job("native"), None, False)
+    assert "PodGroup unit-job is refused (forbidden" in note and "pod by pod" in note
+    native = FakeCluster(True, refuse=True)
+    with pytest.raises(ClusterError, match="gang native: the PodGroup is refused: forbidden"):
+        create(native, job("native"), None, False)
+    assert native.created == []
 
 
 def test_none_and_queued_jobs_never_ask_discovery():
     for j in (job("none"), job("auto", **{"spec.scheduling": {"queue": "q"}})):
         cluster = FakeCluster(True)
-        created, _ = create(cluster, j, None, False)
-        assert "PodGroup" not in cluster.discovered
+        created, _, _ = create(cluster, j, None, False)
+        assert "PodGroup" not in cluster.discovered and cluster.asked == []
         assert all(o["kind"] != "PodGroup" for o in created)
 
 

@@ -146,7 +146,7 @@ def test_auto_sends_in_place_and_the_cluster_answer_decides(answer, mode):
     the gate drops the rule (the job recreates), one without the action refuses it (the
     recreate form is sent instead)."""
     cluster = FakeCluster(answer)
-    created, _ = create(cluster, job("auto", **{"metadata.namespace": "d"}), None, False)
+    created, _, _ = create(cluster, job("auto", **{"metadata.namespace": "d"}), None, False)
     assert restart_mode_of(created[0]) == mode
     assert cluster.asked == []  # no dry run for auto
     assert len(cluster.created) == (2 if answer == "refuse" else 1)
@@ -164,13 +164,13 @@ def test_in_place_asked_of_a_cluster_that_does_not_serve_it_is_refused_before_cr
     with pytest.raises(UsageError, match="refused container restart rules"):
         create(refusing, job("inPlace", **{"metadata.namespace": "d"}), None, False)
     served = FakeCluster("keep")
-    created, _ = create(served, job("inPlace", **{"metadata.namespace": "d"}), None, False)
+    created, _, _ = create(served, job("inPlace", **{"metadata.namespace": "d"}), None, False)
     assert restart_mode_of(created[0]) == "inPlace"
 
 
 def test_recreate_sends_no_rule_and_other_errors_are_not_hidden():
     cluster = FakeCluster("refuse")
-    created, _ = create(cluster, job("recreate", **{"metadata.namespace": "d"}), None, False)
+    created, _, _ = create(cluster, job("recreate", **{"metadata.namespace": "d"}), None, False)
     assert restart_mode_of(created[0]) == "recreate" and cluster.asked == []
     with pytest.raises(ClusterError, match="forbidden"):
         serves_in_place(FakeCluster("forbidden"),
