@@ -25,10 +25,11 @@ from typing import IO, Any
 from kdist.local_gpus import _gpu_env, gpu_shares, visible_gpus  # noqa: F401 (were here)
 from kdist.local_ledger import LocalLedger
 from kdist.local_state import local_checkpoint_dir, state_dir
+from kdist.local_stop import _kill_tree, _stop, _stop_saving
 from kdist.shared import env as E
 from kdist.shared import exitcodes
 from kdist.shared.errors import UsageError
-from kdist.shared.processes import descendants
+from kdist.shared.processes import descendants  # noqa: F401 (tests/compat read it here)
 from kdist.shared.signals import interruptible, received
 
 LOCAL_MASTER = "127.0.0.1"
@@ -252,35 +253,6 @@ def _emit(out: IO[str], binary: IO[bytes] | None, data: bytes) -> None:
         out.flush()
 
 
-def _signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
-    try:
-        os.killpg(proc.pid, sig)
-    except ProcessLookupError:
-        pass
-
-
-def _kill_tree(proc: subprocess.Popen[bytes]) -> None:
-    for pid in descendants(proc.pid):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    _signal_group(proc, signal.SIGKILL)
-
-
-def _stop(procs: list[subprocess.Popen[bytes]], sig: signal.Signals, grace_s: float) -> None:
-    """Signal every still-running launcher, then SIGKILL whatever outlives ``grace_s``."""
-    for proc in procs:
-        if proc.poll() is None:
-            _signal_group(proc, sig)
-    for proc in procs:
-        try:
-            proc.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            _kill_tree(proc)
-            proc.wait()
-
-
 def run_nodes(
     argv: Sequence[str],
     envs: Sequence[Mapping[str, str]],
@@ -366,7 +338,7 @@ def _run_once(
     threads: list[threading.Thread] = []
     failures: list[tuple[int, int]] = []  # (node, exit code) in the order they came
     interrupted = False
-    with interruptible():
+    with interruptible(sigterm_once=True):
         try:
             for node, (argv, env) in enumerate(zip(argvs, envs, strict=True)):
                 proc = subprocess.Popen(
@@ -398,9 +370,9 @@ def _run_once(
             # The nodes get the signal this process got: a SIGTERM reaches the workers
             # as SIGTERM (kdist's workloads save a checkpoint), as a pod's would.
             sig = received(e)
-            _stop(procs, signal.Signals(sig), stop_grace_s)
             failures.append((-1, 128 + sig))
             interrupted = True
+            _stop_saving(procs, envs, signal.Signals(sig), stop_grace_s)
         finally:
             for proc in procs:
                 if proc.poll() is None:

@@ -196,7 +196,8 @@ def run(plan: LaunchPlan, module: str | None, rest: list[str], *, prefix_lines: 
     """
     environ = os.environ if environ is None else environ
     Said.stopped_by = None
-    work = Path(tempfile.mkdtemp(prefix="kdist-launch-"))
+    # Named by this launcher's pid: a local runner that had to SIGKILL it removes it.
+    work = Path(tempfile.mkdtemp(prefix=f"kdist-launch-{os.getpid()}-"))
     kdist_workload = (module or "").startswith("kdist.workloads.")
     try:
         output = Output(work / "pipes", plan.global_ranks, prefix=prefix_lines,
