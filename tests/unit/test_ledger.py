@@ -191,6 +191,35 @@ def test_a_local_run_counts_a_restart_in_process_once_for_all_its_nodes():
     assert led.summary(succeeded=True)["restartsUsed"] == 1
 
 
+def test_a_killed_node_launcher_is_one_restart_though_its_peer_restarted_in_process():
+    """Node 1's launcher SIGKILLed, twice: node 0's launcher restarts its workers in process
+    (their peer is gone), then the runner restarts every node. One fault, one restart, in
+    time order: not "4 restart(s) of 2 used"."""
+    clock = Clock()
+    led = LocalLedger(max_restarts=2, clock=clock)
+    for number in (1, 2):
+        for n in range(1, 7):
+            led.line(0, f"[rank 0] {step(n)}")
+        clock.now += 10
+        led.exited(1, 137)  # no last words: the launcher itself was killed
+        clock.now += 2  # its workers die on their next write; then node 0's lose their peer
+        led.line(0, said(number, 2, "worker rank 0 (node 0, local rank 0, pid 9) lost a "
+                                    "peer", 203))
+        clock.now += 10  # fail_grace_s: then the runner stops node 0 and restarts them all
+        led.exited(0, 143)
+        led.restarting(1, 137)
+        clock.now += 3
+        led.line(0, f"[rank 0] {step(4, 'resume')}")
+    got = led.summary(succeeded=True)
+    assert got["restartsUsed"] == 2, got
+    faults = [r["faultAt"] for r in got["restarts"]]
+    assert faults == sorted(faults) and faults[0][11:19] == "03:00:10", faults
+    for r in got["restarts"]:
+        assert r["cause"] == "node 1 exited with code 137: killed by SIGKILL (retryable)", r
+        assert (r["exitCode"], r["resumedStep"]) == (137, 4)
+        assert r["secondsLost"] == pytest.approx(15)
+
+
 def test_client_run_local_hands_the_ledger_over_at_the_end(tmp_path, monkeypatch):
     import kdist
     from kdist import local
