@@ -103,6 +103,43 @@ def test_the_watch_counts_a_restart_in_process_from_every_pods_log_once():
         f"restart 1 at 03:00:05: rank 1 (pod unit-job-1-x): {SAID_KILLED}; back 7.5s later")
 
 
+def ended(rank: int, code: int, deleted: bool = False) -> dict:
+    """pod(rank) whose container exited `code` (`deleted`: the pod is being deleted)."""
+    p = pod(rank)
+    p["status"]["containerStatuses"][0]["state"] = {"terminated": {
+        "exitCode": code, "reason": "Error", "finishedAt": "2026-12-05T03:00:05Z"}}
+    if deleted:
+        p["metadata"]["deletionTimestamp"] = "2026-12-05T03:00:04Z"
+    return p
+
+
+@pytest.mark.parametrize("rank_0_says", ["in-process", "pod-failed"])
+def test_a_deleted_pod_is_the_cause_not_the_peer_that_stopped_at_the_preemption_vote(
+        rank_0_says):
+    """Pod 1 deleted: its workers and rank 0 stop at the same step (the preemption vote),
+    both 143. Rank 0's word comes first; the ledger names the pod that went away."""
+    clock = Clock()
+    t = Tracker("unit-job", "d", clock=clock)
+    t.pod_event("ADDED", pod(0))
+    t.pod_event("ADDED", pod(1))
+    t.log_line("unit-job-0-x", step(10))
+    clock.now += 5
+    deleting = pod(1)
+    deleting["metadata"]["deletionTimestamp"] = "2026-12-05T03:00:04Z"
+    t.pod_event("MODIFIED", deleting)
+    vote = "worker rank 0 (node 0, local rank 0, pid 7) exited with code 143"
+    if rank_0_says == "in-process":
+        t.log_line("unit-job-0-x", said(1, cause=vote, code=143))
+    else:
+        t.pod_event("MODIFIED", ended(0, 143))
+    t.pod_event("MODIFIED", ended(1, 143, deleted=True))
+    (r,) = t.state.ledger["restarts"]
+    assert r["cause"].startswith("rank 1 (pod unit-job-1-x) exited with code 143"), r
+    t.log_line("unit-job-0-x", said(1, cause=vote, code=143))  # a word after: no change
+    (r,) = t.state.ledger["restarts"]
+    assert r["cause"].startswith("rank 1 (pod unit-job-1-x) exited with code 143"), r
+
+
 def test_a_log_read_back_later_or_a_finished_job_adds_no_restart():
     t = Tracker("unit-job", "d", clock=Clock())
     t.pod_event("ADDED", pod(0))
