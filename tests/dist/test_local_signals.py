@@ -24,7 +24,8 @@ WORKER = textwrap.dedent("""
     def save(sig, frame):
         signal.signal(sig, signal.SIG_IGN)
         time.sleep(float(os.environ["SAVE_S"]))
-        open(os.path.join(os.environ["SAVED"], "node-" + os.environ["NODE"]), "w").close()
+        with open(os.path.join(os.environ["SAVED"], "node-" + os.environ["NODE"]), "w") as f:
+            f.write(signal.Signals(sig).name)
         sys.exit(128 + sig)
     for s in (signal.SIGTERM, signal.SIGINT):
         signal.signal(s, save)
@@ -109,3 +110,17 @@ def test_a_second_ctrl_c_cuts_the_save_short_and_leaves_nothing(tmp_path):
     assert list((tmp_path / "saved").iterdir()) == [], out
     assert list((tmp_path / "tmp").iterdir()) == [], out  # the launchers cleaned up
     assert not any(alive(pid) for pid in workers), out
+
+
+@pytest.mark.timeout(60)
+def test_ctrl_c_takes_the_same_save_as_sigterm(tmp_path):
+    """The nodes are stopped as a deleted pod is: their workers get SIGTERM and save."""
+    proc, _ = start(tmp_path, save_s=1.0)
+    proc.send_signal(signal.SIGINT)
+    out = proc.communicate(timeout=40)[0]
+    assert proc.returncode == 128 + signal.SIGINT, out
+    saved = sorted((tmp_path / "saved").iterdir())
+    assert [(p.name, p.read_text()) for p in saved] == [("node-0", "SIGTERM"),
+                                                        ("node-1", "SIGTERM")], out
+    assert "Ctrl-C again stops them at once" in out
+    assert list((tmp_path / "tmp").iterdir()) == [], out
