@@ -262,7 +262,7 @@ def run(opts: ClusterOptions, file: str | None, local: bool, raw: bool, fresh: b
                                   on_interrupt=stopped.append, on_ledger=summary.kept,
                                   on_checkpoints=summary.checkpoints_in)
     if display is None:
-        exit_code = local_run(stdout=Tee(summary))
+        exit_code = local_run(stdout=Tee(summary))  # type: ignore[arg-type]
     else:
         exit_code = local_run(observer=Sniffing(display, summary))
     summary.say(exit_code, stopped[0] if stopped else None)

@@ -62,8 +62,8 @@ def interruptible(sigterm_once: bool = False) -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    handler = _raise_once if sigterm_once else _raise
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    raising = _raise_once if sigterm_once else _raise
+    previous = {sig: signal.signal(sig, raising) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:

@@ -242,7 +242,7 @@ def note_end_at_exit() -> None:
         _ended["failed"] = True
         real_hook(*args)
 
-    sys.exit, sys.excepthook = exit, excepthook
+    sys.exit, sys.excepthook = exit, excepthook  # type: ignore[assignment]
     atexit.register(_note_end, error_file + ENDED_SUFFIX)
 
 
