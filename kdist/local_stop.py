@@ -15,6 +15,7 @@ import signal
 import subprocess
 import tempfile
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -80,9 +81,10 @@ def _kill_workers(procs: list[subprocess.Popen[bytes]],
                         os.kill(pid, signal.SIGKILL)
                     except ProcessLookupError:
                         pass
+        deadline = time.monotonic() + KILLED_CLEANUP_S  # for all of them together
         for proc, env in zip(procs, envs, strict=False):  # fewer procs: a start failed
             try:
-                proc.wait(timeout=KILLED_CLEANUP_S)
+                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 _kill_tree(proc)
                 proc.wait()
