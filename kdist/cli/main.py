@@ -209,6 +209,7 @@ def _write_new(path: Path, text: str, force: bool) -> None:
 @main.command(cls=Command, cluster=False, examples=[
     "kdist run --local               # the built-in 2-rank DDP starter job",
     "kdist run --local job.yaml",
+    "kdist run --local job.yaml --fresh   # not from the last run's checkpoints",
     "kdist run --local job.yaml --raw | tee run.log"])
 @click.argument("file", required=False, type=click.Path(dir_okay=False))
 @click.option("--local", "local", is_flag=True, help="Run on this machine as local processes.")
