@@ -24,11 +24,12 @@ from typing import IO, Any
 
 from kdist.local_gpus import _gpu_env, gpu_shares, visible_gpus  # noqa: F401 (were here)
 from kdist.local_ledger import LocalLedger
-from kdist.local_state import local_checkpoint_dir, state_dir
+from kdist.local_state import earlier_checkpoints, local_checkpoint_dir, state_dir
+from kdist.local_stop import _kill_tree, _stop, _stop_saving
 from kdist.shared import env as E
 from kdist.shared import exitcodes
 from kdist.shared.errors import UsageError
-from kdist.shared.processes import descendants
+from kdist.shared.processes import descendants  # noqa: F401 (tests/compat read it here)
 from kdist.shared.signals import interruptible, received
 
 LOCAL_MASTER = "127.0.0.1"
@@ -47,7 +48,8 @@ FAILED_STOP_GRACE_S = 10.0
 def run_local(job: Any, *, stdout: IO[str] | None = None, code: Any = None,
               on_attempt: Callable[[int], None] | None = None,
               on_interrupt: Callable[[int], None] | None = None, root: Path | None = None,
-              on_ledger: Callable[[dict[str, Any]], None] | None = None) -> int:
+              on_ledger: Callable[[dict[str, Any]], None] | None = None,
+              fresh: bool = False, on_checkpoints: Callable[[Path], None] | None = None) -> int:
     """Run ``job`` as ``job.spec.nodes`` local launchers; return the job's exit code.
 
     The exit code is the most telling one a node exits with (a code error
@@ -58,7 +60,9 @@ def run_local(job: Any, *, stdout: IO[str] | None = None, code: Any = None,
     it (``local_workspace``). `on_interrupt(signal)`: see ``run_nodes``. `root`: where
     ``.kdist/<name>`` is (`local_state.state_root`; default the current directory).
     `on_ledger(ledger)` hears, at the end, the run's goodput ledger (``kdist.local_ledger``,
-    as `kdist status -o json` has a job's) when a node restarted."""
+    as `kdist status -o json` has a job's) when a node restarted. `fresh`: the job's local
+    checkpoints are removed first (else the run resumes from them, said in one line);
+    `on_checkpoints(dir)` hears where they are, when spec.checkpoint is set."""
     from kdist.rendering import contract
 
     _preflight(job, root := root or Path.cwd())
@@ -68,6 +72,9 @@ def run_local(job: Any, *, stdout: IO[str] | None = None, code: Any = None,
     _gpu_env(job, envs)
     ckpt = local_checkpoint_dir(job, root)
     if ckpt is not None:
+        earlier_checkpoints(ckpt, fresh)
+        if on_checkpoints is not None:
+            on_checkpoints(ckpt)
         try:
             ckpt.mkdir(parents=True, exist_ok=True)
         except OSError as e:
@@ -252,35 +259,6 @@ def _emit(out: IO[str], binary: IO[bytes] | None, data: bytes) -> None:
         out.flush()
 
 
-def _signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
-    try:
-        os.killpg(proc.pid, sig)
-    except ProcessLookupError:
-        pass
-
-
-def _kill_tree(proc: subprocess.Popen[bytes]) -> None:
-    for pid in descendants(proc.pid):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    _signal_group(proc, signal.SIGKILL)
-
-
-def _stop(procs: list[subprocess.Popen[bytes]], sig: signal.Signals, grace_s: float) -> None:
-    """Signal every still-running launcher, then SIGKILL whatever outlives ``grace_s``."""
-    for proc in procs:
-        if proc.poll() is None:
-            _signal_group(proc, sig)
-    for proc in procs:
-        try:
-            proc.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            _kill_tree(proc)
-            proc.wait()
-
-
 def run_nodes(
     argv: Sequence[str],
     envs: Sequence[Mapping[str, str]],
@@ -302,8 +280,9 @@ def run_nodes(
     their own before they are stopped. A retryable failure (``kdist.exitcodes``)
     restarts every node, up to ``max_restarts`` times, as the Job controller
     would recreate every pod; each attempt's nodes get ``KDIST_RESTART_COUNT``.
-    Ctrl-C (or SIGTERM) stops every node's process group with that signal (then
-    SIGKILL after ``stop_grace_s``), is never retried, and exits 128 + the signal.
+    Ctrl-C (or SIGTERM) stops every node's process group with SIGTERM, as a deleted
+    pod's (then SIGKILL after ``stop_grace_s``; a second Ctrl-C kills the workers at
+    once), is never retried, and exits 128 + the signal the runner got.
     ``node_argvs``: a command line per node, where they differ (``$(KDIST_NODE_RANK)``).
     ``on_attempt(restart)`` hears of each attempt before its nodes start (a live table);
     ``on_interrupt(signal)`` of a Ctrl-C / SIGTERM that ended the run (its exit code alone
@@ -366,7 +345,7 @@ def _run_once(
     threads: list[threading.Thread] = []
     failures: list[tuple[int, int]] = []  # (node, exit code) in the order they came
     interrupted = False
-    with interruptible():
+    with interruptible(sigterm_once=True):
         try:
             for node, (argv, env) in enumerate(zip(argvs, envs, strict=True)):
                 proc = subprocess.Popen(
@@ -395,12 +374,16 @@ def _run_once(
                         ledger.exited(node, exitcodes.of_returncode(rc))
             _stop(procs, signal.SIGTERM, min(stop_grace_s, FAILED_STOP_GRACE_S))
         except KeyboardInterrupt as e:
-            # The nodes get the signal this process got: a SIGTERM reaches the workers
-            # as SIGTERM (kdist's workloads save a checkpoint), as a pod's would.
+            # Ctrl-C or SIGTERM: the nodes are stopped as a deleted pod is, by SIGTERM (the
+            # workers save at one step: zero loss); a second Ctrl-C cuts that short.
             sig = received(e)
-            _stop(procs, signal.Signals(sig), stop_grace_s)
             failures.append((-1, 128 + sig))
             interrupted = True
+            if sig == signal.SIGINT:
+                print("kdist: Ctrl-C: stopping every node as a deleted pod is (SIGTERM: the "
+                      "workers may save); Ctrl-C again stops them at once", file=sys.stderr,
+                      flush=True)
+            _stop_saving(procs, envs, signal.SIGTERM, stop_grace_s)
         finally:
             for proc in procs:
                 if proc.poll() is None:

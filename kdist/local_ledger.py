@@ -36,6 +36,7 @@ class LocalLedger:
         self._step: int | None = None  # the highest step logged since the nodes were last back
         self._said: dict[int, str] = {}  # node -> its launcher's words on its failure
         self._fault: float | None = None  # the first failure this attempt, as seen
+        self._attempt = 0  # the ledger's restarts when this attempt began
 
     def line(self, node: int, text: str) -> None:
         """One line node `node` printed (a worker's, or its launcher's own)."""
@@ -76,13 +77,21 @@ class LocalLedger:
                 self._fault = now if self._fault is None else min(self._fault, now)
 
     def restarting(self, node: int, code: int) -> None:
-        """The runner restarts every node: `node`'s exit `code` told most."""
+        """The runner restarts every node: `node`'s exit `code` told most. One fault is one
+        restart: where a surviving node's launcher already restarted its workers in process
+        for it this attempt (its peer's loss), that restart is this one, its cause the more
+        telling of the two, struck at the earlier time."""
         with self._lock:
             now = self.clock()
             fault = self._fault if self._fault is not None else now
+            current = self.ledger.open
+            same = current is not None and len(self.ledger.restarts) > self._attempt
             self.ledger.failed(f"node {node}", code, iso(fault), now, self._step,
-                               said=self._said.get(node, ""), apart=True)
+                               said=self._said.get(node, ""), apart=not same)
+            if same and current is not None:
+                current.fault_at = min(current.fault_at, fault)
             self._said, self._fault = {}, None
+            self._attempt = len(self.ledger.restarts)
 
     def summary(self, succeeded: bool) -> dict[str, Any] | None:
         """The ledger with its totals (as `status -o json` has it), or None: no restart."""

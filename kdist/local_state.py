@@ -56,3 +56,34 @@ def local_checkpoint_dir(job: Any, cwd: Path) -> Path | None:
     if job.spec.checkpoint is None:
         return None
     return state_dir(job.metadata.name, cwd) / "checkpoints"
+
+
+def earlier_checkpoints(ckpt: Path, fresh: bool) -> None:
+    """Before a local run: with `fresh`, remove the checkpoints an earlier run left in `ckpt`
+    (`local_checkpoint_dir`: no symlink on the way); else say in one line (stderr) that
+    the run resumes from them, as a resubmitted job would: never silently."""
+    import shutil
+    import sys
+
+    try:
+        kept = sorted(p.name for p in ckpt.iterdir()) if ckpt.is_dir() else []
+    except OSError:
+        kept = []
+    if not kept:
+        return
+    if fresh:
+        try:
+            shutil.rmtree(ckpt)
+        except OSError as e:
+            raise UsageError(f"{ckpt}: cannot remove the earlier checkpoints (--fresh): "
+                             f"{e.strerror or e}") from None
+        print(f"kdist: --fresh: removed the earlier checkpoints in {ckpt}", file=sys.stderr,
+              flush=True)
+        return
+    try:
+        latest = (ckpt / "latest").read_text().strip()[:64]
+    except (OSError, UnicodeDecodeError):
+        latest = ""
+    what = f" (latest {latest})" if latest.isprintable() and latest else ""
+    print(f"kdist: {ckpt} has an earlier run's checkpoints{what}: a workload that resumes "
+          "goes on from them (--fresh starts over)", file=sys.stderr, flush=True)

@@ -17,6 +17,8 @@ from typing import IO, TYPE_CHECKING, Any
 from kdist.shared.errors import SpecError, UsageError
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from kdist.rendering.workdir import Packed
     from kdist.spec.model import TrainingJob
 
@@ -229,7 +231,8 @@ def run_local(job: TrainingJob, *, code: Packed | None = None,
               stdout: IO[str] | None = None, observer: Any = None,
               on_interrupt: Callable[[int], None] | None = None,
               job_file: str | None = None,
-              on_ledger: Callable[[dict[str, Any]], None] | None = None) -> int:
+              on_ledger: Callable[[dict[str, Any]], None] | None = None,
+              fresh: bool = False, on_checkpoints: Callable[[Path], None] | None = None) -> int:
     """Run `job` on this machine as `kdist run --local` does; the job's exit code.
 
     Its state (`.kdist/<name>`: checkpoints, the unpacked workdir) sits beside
@@ -240,6 +243,8 @@ def run_local(job: TrainingJob, *, code: Packed | None = None,
     `on_interrupt(signal)` hears of a Ctrl-C / SIGTERM that stopped the run (the
     exit code is then 128 + the signal). `on_ledger(ledger)` hears the run's goodput
     ledger at its end when a node restarted (as `status -o json` has a job's `ledger`).
+    `fresh`: the job's local checkpoints (`.kdist/<name>/checkpoints`) are removed first;
+    `on_checkpoints(dir)` hears where they are (when spec.checkpoint is set).
     """
     from kdist.local_state import state_root
 
@@ -248,8 +253,9 @@ def run_local(job: TrainingJob, *, code: Packed | None = None,
         from kdist.api.localview import run_local_watched
 
         return run_local_watched(job, observer, code=code, on_interrupt=on_interrupt,
-                                 root=root, on_ledger=on_ledger)
+                                 root=root, on_ledger=on_ledger, fresh=fresh,
+                                 on_checkpoints=on_checkpoints)
     from kdist.local import run_local as run
 
     return run(job, code=code, stdout=stdout, on_interrupt=on_interrupt, root=root,
-               on_ledger=on_ledger)
+               on_ledger=on_ledger, fresh=fresh, on_checkpoints=on_checkpoints)

@@ -52,12 +52,16 @@ class LocalView:
     def state(self) -> JobState:
         return self.tracker.state
 
-    def _pod(self, node: int, exit_code: int | None = None) -> dict[str, Any]:
+    def _pod(self, node: int, exit_code: int | None = None,
+             interrupted: bool = False) -> dict[str, Any]:
         from kdist.shared import labels as L
 
         cstate: dict[str, Any]
         if exit_code is None:
             phase, cstate = "Running", {"running": {}}
+        elif interrupted and exit_code:  # the user stopped it: no failure of its own
+            phase, cstate = "Interrupted", {"terminated": {"exitCode": exit_code,
+                                                          "reason": "Interrupted"}}
         else:
             phase = "Succeeded" if exit_code == 0 else "Failed"
             cstate = {"terminated": {"exitCode": exit_code,
@@ -129,14 +133,15 @@ class LocalView:
             for node in range(self.nodes):
                 r = s.rank(node)
                 self.tracker.pod_event("MODIFIED", self._pod(
-                    node, 0 if code == 0 or r.done else code))
+                    node, 0 if code == 0 or r.done else code, interrupted))
             s.outcome = "Succeeded" if code == 0 else "Interrupted" if interrupted else "Failed"
             self.observer.update(s)
             self.observer.stop()
 
 
 def run_local_watched(job: TrainingJob, observer: Observer, *, code: Any = None,
-                      on_interrupt: Any = None, root: Any = None, on_ledger: Any = None) -> int:
+                      on_interrupt: Any = None, root: Any = None, on_ledger: Any = None,
+                      **options: Any) -> int:
     """`kdist run --local` reporting to `observer` (a live table); the job's exit code."""
     from kdist.local import run_local
 
@@ -152,7 +157,7 @@ def run_local_watched(job: TrainingJob, observer: Observer, *, code: Any = None,
     try:
         exit_code = run_local(job, code=code, stdout=view,  # type: ignore[arg-type]
                               on_attempt=view.attempt, on_interrupt=interrupted, root=root,
-                              on_ledger=on_ledger)
+                              on_ledger=on_ledger, **options)
         return exit_code
     finally:
         view.finish(exit_code, interrupted=bool(stopped))

@@ -209,14 +209,18 @@ def _write_new(path: Path, text: str, force: bool) -> None:
 @main.command(cls=Command, cluster=False, examples=[
     "kdist run --local               # the built-in 2-rank DDP starter job",
     "kdist run --local job.yaml",
+    "kdist run --local job.yaml --fresh   # not from the last run's checkpoints",
     "kdist run --local job.yaml --raw | tee run.log"])
 @click.argument("file", required=False, type=click.Path(dir_okay=False))
 @click.option("--local", "local", is_flag=True, help="Run on this machine as local processes.")
 @click.option("--raw", is_flag=True,
               help="Only the prefixed lines, no live table (what a pipe or a file gets).")
+@click.option("--fresh", is_flag=True,
+              help="Start over: remove the job's local checkpoints (.kdist/NAME/checkpoints) "
+                   "first, instead of resuming from them.")
 @workdir_option
 @cluster_options
-def run(opts: ClusterOptions, file: str | None, local: bool, raw: bool,
+def run(opts: ClusterOptions, file: str | None, local: bool, raw: bool, fresh: bool,
         workdir: str | None) -> None:
     """Run FILE (default: the built-in starter job) as local process groups.
 
@@ -224,35 +228,46 @@ def run(opts: ClusterOptions, file: str | None, local: bool, raw: bool,
     every line is prefixed with its rank. On a terminal, the live per-rank table of
     `kdist submit` stays below the lines (--raw: the lines alone, as when piped).
     The last line says how it ended, how long it took, rank 0's steps and loss
-    (stdout when it succeeded, stderr otherwise). Exit code is the job's; Ctrl-C
-    stops every node and is "interrupted", exit 130 (SIGTERM: 143). When the spec's
-    port is taken here (another local run), a free one is used and said. A local
-    run's state is .kdist/NAME beside FILE (the current directory for the starter
-    job): checkpoints, when spec.checkpoint is set, and with a workdir (--workdir,
-    spec.workdir) .kdist/NAME/workspace, where the nodes run, a fresh copy unpacked
-    from the archive the pods would get.
+    (stdout when it succeeded, stderr otherwise), the nodes' exit code when it
+    failed, and the checkpoint it resumed from when an earlier run left one.
+
+    \b
+    Exit codes: 0 the job succeeded; 1 it failed, whatever code its workers exited
+    with (the last line says it); 2 kdist refused the run (bad spec or flags, no
+    torch) before anything started; 130 Ctrl-C, 143 SIGTERM ("interrupted").
+
+    Ctrl-C and SIGTERM both stop every node as a deleted pod is stopped: the workers
+    get SIGTERM and kdist's workloads save at one step (zero loss; your script may do
+    the same, kdist.preemption_requested()). A repeated SIGTERM waits for that save; a
+    second Ctrl-C cuts it short. When the spec's port is taken here (another local
+    run), a free one is used and said. A local run's state is .kdist/NAME beside FILE
+    (the current directory for the starter job): checkpoints, when spec.checkpoint is
+    set (a later run resumes from them, as a resubmitted job would; --fresh starts
+    over), and with a workdir (--workdir, spec.workdir) .kdist/NAME/workspace, where
+    the nodes run, a fresh copy unpacked from the archive the pods would get.
     """
     if not local:
         raise UsageError("kdist run needs --local (use `kdist submit FILE` for a cluster)")
+    import functools
+
     from kdist import api
     from kdist.cli.progress import make_local_display
-    from kdist.cli.running import RunSummary, Sniffing, Tee
+    from kdist.cli.running import RunSummary, Sniffing, Tee, exit_status
 
     job = load(file or str(STARTER), local=True)
     code = pack_code(job, workdir)
     summary, stopped = RunSummary(job.metadata.name), list[int]()
     display = make_local_display(raw)
     # State (.kdist/NAME) beside FILE; the built-in starter's in the current directory.
+    local_run = functools.partial(api.run_local, job, code=code, job_file=file, fresh=fresh,
+                                  on_interrupt=stopped.append, on_ledger=summary.kept,
+                                  on_checkpoints=summary.checkpoints_in)
     if display is None:
-        exit_code = api.run_local(job, code=code, stdout=Tee(summary),  # type: ignore[arg-type]
-                                  on_interrupt=stopped.append, job_file=file,
-                                  on_ledger=summary.kept)
+        exit_code = local_run(stdout=Tee(summary))  # type: ignore[arg-type]
     else:
-        exit_code = api.run_local(job, code=code, observer=Sniffing(display, summary),
-                                  on_interrupt=stopped.append, job_file=file,
-                                  on_ledger=summary.kept)
+        exit_code = local_run(observer=Sniffing(display, summary))
     summary.say(exit_code, stopped[0] if stopped else None)
-    sys.exit(exit_code)
+    sys.exit(exit_status(exit_code, stopped[0] if stopped else None))
 
 
 def _register_explain() -> None:

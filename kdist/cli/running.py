@@ -15,10 +15,12 @@ message ends with too, `kdist.kube.objects.last_words`): the most telling one.
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import sys
 import time
+from pathlib import Path
 from typing import IO, Any
 
 from kdist.cli.progress import duration, ledger_lines
@@ -42,10 +44,18 @@ class RunSummary:
         self.done = False
         self.failure: tuple[int, str] | None = None  # (severity, "rank N exited ...: why")
         self.ledger: dict[str, Any] | None = None  # the run's restarts (kdist.shared.ledger)
+        self.checkpoints: str | None = None  # where the job's local checkpoints are, as shown
+        self.resumed: str | None = None  # the earlier run's checkpoint rank 0 resumed from
 
     def kept(self, ledger: dict[str, Any]) -> None:
         """The run's goodput ledger (`run_local(on_ledger=)`): said before the last line."""
         self.ledger = ledger
+
+    def checkpoints_in(self, path: Path) -> None:
+        """Where the run keeps checkpoints (`run_local(on_checkpoints=)`), as the user
+        would type it: relative to the current directory when under it."""
+        rel = os.path.relpath(path)
+        self.checkpoints = str(path) if rel.startswith("..") else rel
 
     def feed(self, line: str) -> None:
         if "kdist.launch: worker rank " in line:
@@ -56,7 +66,14 @@ class RunSummary:
             record = json.loads(line[len(_RANK0):])
         except ValueError:
             return
-        if not isinstance(record, dict) or record.get("event") not in ("step", "done"):
+        if not isinstance(record, dict) or record.get("event") not in ("step", "done", "resume"):
+            return
+        if record["event"] == "resume":
+            # Before any step of this run: an earlier run's checkpoint (a restart's comes later).
+            if self.step is None and self.resumed is None:
+                name, at = record.get("checkpoint"), record.get("step")
+                self.resumed = name if isinstance(name, str) and name.isprintable() and \
+                    len(name) <= 64 else f"step {at}" if isinstance(at, int) else "a checkpoint"
             return
         step, loss = record.get("step"), record.get("loss")
         if isinstance(step, int) and not isinstance(step, bool):
@@ -85,17 +102,31 @@ class RunSummary:
             head = f"local run {self.name} failed (exit code {code}) after {took}"
         why = f": {self.failure[1]}" if code != 0 and interrupted is None and self.failure \
             else ""
+        resumed = "" if self.resumed is None else f"resumed from {self.resumed} (" + \
+            (f"{self.checkpoints}; " if self.checkpoints else "") + "--fresh starts over)"
         if self.step is None:
-            return head + why
+            return head + why + (f"; {resumed}" if why and resumed else f": {resumed}"
+                                 if resumed else "")
         steps = f"{self.step} steps" if code == 0 and self.done else f"at step {self.step}"
         loss = "" if self.loss is None else \
             f", {'final' if code == 0 else 'last'} loss {self.loss:.4g}"
-        return f"{head}{why}{'; ' if why else ': '}{steps}{loss}"
+        return f"{head}{why}{'; ' if why else ': '}{steps}{loss}" + \
+            (f"; {resumed}" if resumed else "")
 
     def say(self, code: int, interrupted: int | None) -> None:
         for line in ledger_lines(self.ledger):  # as `kdist status` prints a job's
             say(line, err=code != 0)
         say(self.line(code, interrupted), err=code != 0)
+
+
+def exit_status(code: int, interrupted: int | None) -> int:
+    """`kdist run --local`'s exit code: 0 the job succeeded, 1 it failed (whatever code
+    its nodes exited with: the summary line says it), 128 + N stopped by signal N (130
+    Ctrl-C, 143 SIGTERM). kdist's own codes (2 bad input, refused before anything ran) are
+    never a worker's."""
+    if interrupted is not None:
+        return 128 + interrupted
+    return 0 if code == 0 else 1
 
 
 class _Bytes:

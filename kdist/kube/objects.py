@@ -185,6 +185,7 @@ class PodView:
     in_place_exit: int | None
     running: bool
     started: bool  # the main container has run (logs can be read)
+    gone: bool = False  # being deleted, evicted or disrupted (`went_away`)
 
 
 def last_words(message: str, limit: int = 300) -> str:
@@ -204,6 +205,16 @@ def main_container(statuses: list[dict[str, Any]]) -> dict[str, Any] | None:
         if cs.get("name") == "pytorch":
             return cs
     return statuses[0] if statuses else None
+
+
+def went_away(pod: dict[str, Any]) -> bool:
+    """Whether the pod is being deleted, was evicted or disrupted (preempted, drained): its
+    SIGTERM came from outside, where its peers' same exit (143) is their preemption vote's."""
+    status = pod.get("status") or {}
+    disrupted = any(c.get("type") == "DisruptionTarget" and c.get("status") == "True"
+                    for c in status.get("conditions") or [] if isinstance(c, dict))
+    return bool((pod.get("metadata") or {}).get("deletionTimestamp")) or disrupted or \
+        status.get("reason") == "Evicted"
 
 
 def pod_view(pod: dict[str, Any]) -> PodView:
@@ -258,6 +269,7 @@ def pod_view(pod: dict[str, Any]) -> PodView:
         in_place_exit=in_place_exit,
         running="running" in state,
         started="running" in state or "terminated" in state,
+        gone=went_away(pod),
     )
 
 

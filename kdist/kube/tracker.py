@@ -183,7 +183,7 @@ class Tracker:
             self.state.failures.append(Failure(view.rank, view.name, code, reason, when, said))
             if exitcodes.is_retryable(code) and self.state.outcome is None:
                 self.ledger.failed(f"{self.state.unit} {view.rank} (pod {view.name})", code,
-                                   when, self.clock(), self._last_step())
+                                   when, self.clock(), self._last_step(), gone=view.gone)
                 self._retried[view.uid] = self._retried.get(view.uid, 0) + 1
                 self.ledger_changed()
         missed = view.restarts - self._retried.get(view.uid, 0) if view.in_place_exit else 0

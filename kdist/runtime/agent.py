@@ -196,7 +196,8 @@ def run(plan: LaunchPlan, module: str | None, rest: list[str], *, prefix_lines: 
     """
     environ = os.environ if environ is None else environ
     Said.stopped_by = None
-    work = Path(tempfile.mkdtemp(prefix="kdist-launch-"))
+    # Named by this launcher's pid: a local runner that had to SIGKILL it removes it.
+    work = Path(tempfile.mkdtemp(prefix=f"kdist-launch-{os.getpid()}-"))
     kdist_workload = (module or "").startswith("kdist.workloads.")
     try:
         output = Output(work / "pipes", plan.global_ranks, prefix=prefix_lines,
@@ -219,6 +220,12 @@ def run(plan: LaunchPlan, module: str | None, rest: list[str], *, prefix_lines: 
         W.start(plan, worker_exec.worker_argv(module, rest), environ, work, output.pipe,
                 None if listener is None else listener.fileno(), into=workers)
         failed = _watch(workers, barrier)
+        for w in workers:
+            if w.teardown_signal is not None:
+                say(f"worker rank {w.rank} (node {plan.node_rank}, local rank {w.local_rank}, "
+                    f"pid {w.pid}) was killed by {signal.Signals(w.teardown_signal).name} at "
+                    "interpreter exit, after its script ended (a library's teardown, e.g. "
+                    "torch's): counted as succeeded, no restart spent")
         if watchdog is not None:
             watchdog.stop()
         output.stop()  # every line the workers wrote is out, and their tails complete

@@ -35,6 +35,11 @@ ROLE = "trainer"
 SIGNALS_TO_HANDLE = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"  # torch's LaunchConfig default
 #: rank 0's worker: the fd of the listening master socket it serves the store on.
 STORE_FD = "KDIST_STORE_FD"
+#: Beside a worker's error file, the sitehook's note that its script ended (and how).
+ENDED_SUFFIX = ".ended"
+#: A worker these end after that note died in teardown (torch's C++ at exit), not in its
+#: work: an abort, a segfault.
+TEARDOWN_SIGNALS = (signal.SIGABRT, signal.SIGSEGV)
 
 
 def worker_env(plan: LaunchPlan, local_rank: int, environ: Mapping[str, str],
@@ -76,14 +81,27 @@ class Worker:
     stopped: bool = False  # the launcher signalled it before it ended
     pid: int = field(default=0)
     left_group: bool = False  # it ended with processes left in its group (SIGKILLed)
+    # The signal that ended it after its script had ended well (`ended_well`), counted as 0
+    teardown_signal: int | None = None
 
     def poll(self) -> int | None:
         if self.exitcode is None and self.proc is not None:
             code = self.proc.poll()
             if code is not None:
+                if -code in TEARDOWN_SIGNALS and not self.stopped and self.ended_well():
+                    self.teardown_signal, code = -code, 0
                 self.exitcode, self.ended_at = code, time.time()
                 self._end_group()
         return self.exitcode
+
+    def ended_well(self) -> bool:
+        """Whether the sitehook's last atexit handler ran in this worker and saw no failure
+        (``sitecustomize.note_end_at_exit``): its script's work was done."""
+        try:
+            said = Path(str(self.error_file) + ENDED_SUFFIX).read_text().split()
+        except (OSError, UnicodeDecodeError):
+            return False
+        return said == [str(self.pid), "ok"]
 
     def _end_group(self) -> None:
         """SIGKILL what is left of the worker's process group, the moment it ended.

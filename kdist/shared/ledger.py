@@ -81,6 +81,7 @@ class Restart:
     last_step: int | None = None  # the highest step logged before the gang was back
     resumed_at: float | None = None
     resumed_step: int | None = None  # the step it went on from (a checkpoint's, or 0)
+    gone: bool = False  # its cause is a pod that went away (deleted, evicted): the origin
 
     @property
     def seconds_lost(self) -> float | None:
@@ -114,12 +115,15 @@ class Ledger:
         return last if last is not None and last.resumed_at is None else None
 
     def failed(self, who: str, code: int, finished_at: str | None, now: float,
-               last_step: int | None, said: str = "", apart: bool = False) -> None:
+               last_step: int | None, said: str = "", apart: bool = False,
+               gone: bool = False) -> None:
         """A pod's container exited `code`: a new restart, or a more telling cause of the
         one under way (a kill before the lost peers it caused). `said`: what its
         launcher said of it, added to the cause. `apart`: a restart of its own even while
         one is open (no step line said when that one was back; the local runner knows
-        each restart it makes)."""
+        each restart it makes). `gone`: the pod went away (deleted, evicted, disrupted):
+        of exits alike (143 from its SIGTERM, 143 from its peers' preemption vote) its
+        is the cause."""
         cause = f"{who} exited with code {code}: {exitcodes.describe(code)}"
         cause += f"; {said}" if said else ""
         current = None if apart else self.open
@@ -129,10 +133,12 @@ class Ledger:
         if current is None:
             if len(self.restarts) >= MAX_ENTRIES:
                 return
-            self.restarts.append(Restart(cause, code, epoch(finished_at) or now, last_step))
+            self.restarts.append(Restart(cause, code, epoch(finished_at) or now, last_step,
+                                         gone=gone))
             self.version += 1
-        elif exitcodes.severity(code) < exitcodes.severity(current.exit_code):
-            current.cause, current.exit_code = cause, code
+        elif (exitcodes.severity(code), not gone) < \
+                (exitcodes.severity(current.exit_code), not current.gone):
+            current.cause, current.exit_code, current.gone = cause, code, gone
             current.fault_at = min(current.fault_at, epoch(finished_at) or now)
             self.version += 1
 
@@ -186,7 +192,7 @@ class Ledger:
             self.version += 1
             return True
         if exitcodes.severity(restart.exit_code) < exitcodes.severity(current.exit_code):
-            current.cause, current.exit_code = cause, restart.exit_code
+            current.cause, current.exit_code, current.gone = cause, restart.exit_code, False
             self.version += 1
             return True
         return False

@@ -46,14 +46,24 @@ def received(e: BaseException) -> int:
     return getattr(e, "signum", signal.SIGINT)
 
 
+def _raise_once(signum: int, frame: object) -> None:
+    # Ignored from now on in the block, before anything else runs: GNU `timeout` sends its
+    # SIGTERM twice, microseconds apart (to kdist, then to its process group).
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise Interrupted(signum)
+
+
 @contextmanager
-def interruptible() -> Iterator[None]:
+def interruptible(sigterm_once: bool = False) -> Iterator[None]:
     """Within the block, SIGINT and SIGTERM raise ``Interrupted`` (a KeyboardInterrupt
-    naming the signal; main thread only)."""
+    naming the signal; main thread only). `sigterm_once`: after the first signal, a SIGTERM
+    is ignored to the block's end (what the first one started, a save, is not cut short);
+    a Ctrl-C still raises."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = {sig: signal.signal(sig, _raise) for sig in (signal.SIGINT, signal.SIGTERM)}
+    raising = _raise_once if sigterm_once else _raise
+    previous = {sig: signal.signal(sig, raising) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:

@@ -103,6 +103,43 @@ def test_the_watch_counts_a_restart_in_process_from_every_pods_log_once():
         f"restart 1 at 03:00:05: rank 1 (pod unit-job-1-x): {SAID_KILLED}; back 7.5s later")
 
 
+def ended(rank: int, code: int, deleted: bool = False) -> dict:
+    """pod(rank) whose container exited `code` (`deleted`: the pod is being deleted)."""
+    p = pod(rank)
+    p["status"]["containerStatuses"][0]["state"] = {"terminated": {
+        "exitCode": code, "reason": "Error", "finishedAt": "2026-12-05T03:00:05Z"}}
+    if deleted:
+        p["metadata"]["deletionTimestamp"] = "2026-12-05T03:00:04Z"
+    return p
+
+
+@pytest.mark.parametrize("rank_0_says", ["in-process", "pod-failed"])
+def test_a_deleted_pod_is_the_cause_not_the_peer_that_stopped_at_the_preemption_vote(
+        rank_0_says):
+    """Pod 1 deleted: its workers and rank 0 stop at the same step (the preemption vote),
+    both 143. Rank 0's word comes first; the ledger names the pod that went away."""
+    clock = Clock()
+    t = Tracker("unit-job", "d", clock=clock)
+    t.pod_event("ADDED", pod(0))
+    t.pod_event("ADDED", pod(1))
+    t.log_line("unit-job-0-x", step(10))
+    clock.now += 5
+    deleting = pod(1)
+    deleting["metadata"]["deletionTimestamp"] = "2026-12-05T03:00:04Z"
+    t.pod_event("MODIFIED", deleting)
+    vote = "worker rank 0 (node 0, local rank 0, pid 7) exited with code 143"
+    if rank_0_says == "in-process":
+        t.log_line("unit-job-0-x", said(1, cause=vote, code=143))
+    else:
+        t.pod_event("MODIFIED", ended(0, 143))
+    t.pod_event("MODIFIED", ended(1, 143, deleted=True))
+    (r,) = t.state.ledger["restarts"]
+    assert r["cause"].startswith("rank 1 (pod unit-job-1-x) exited with code 143"), r
+    t.log_line("unit-job-0-x", said(1, cause=vote, code=143))  # a word after: no change
+    (r,) = t.state.ledger["restarts"]
+    assert r["cause"].startswith("rank 1 (pod unit-job-1-x) exited with code 143"), r
+
+
 def test_a_log_read_back_later_or_a_finished_job_adds_no_restart():
     t = Tracker("unit-job", "d", clock=Clock())
     t.pod_event("ADDED", pod(0))
@@ -189,6 +226,35 @@ def test_a_local_run_counts_a_restart_in_process_once_for_all_its_nodes():
     assert r["secondsLost"] == 0.0
     led.line(1, "[rank 1] kdist.launch: " + in_process_line(2, 3, "x", 137))  # a worker's
     assert led.summary(succeeded=True)["restartsUsed"] == 1
+
+
+def test_a_killed_node_launcher_is_one_restart_though_its_peer_restarted_in_process():
+    """Node 1's launcher SIGKILLed, twice: node 0's launcher restarts its workers in process
+    (their peer is gone), then the runner restarts every node. One fault, one restart, in
+    time order: not "4 restart(s) of 2 used"."""
+    clock = Clock()
+    led = LocalLedger(max_restarts=2, clock=clock)
+    for number in (1, 2):
+        for n in range(1, 7):
+            led.line(0, f"[rank 0] {step(n)}")
+        clock.now += 10
+        led.exited(1, 137)  # no last words: the launcher itself was killed
+        clock.now += 2  # its workers die on their next write; then node 0's lose their peer
+        led.line(0, said(number, 2, "worker rank 0 (node 0, local rank 0, pid 9) lost a "
+                                    "peer", 203))
+        clock.now += 10  # fail_grace_s: then the runner stops node 0 and restarts them all
+        led.exited(0, 143)
+        led.restarting(1, 137)
+        clock.now += 3
+        led.line(0, f"[rank 0] {step(4, 'resume')}")
+    got = led.summary(succeeded=True)
+    assert got["restartsUsed"] == 2, got
+    faults = [r["faultAt"] for r in got["restarts"]]
+    assert faults == sorted(faults) and faults[0][11:19] == "03:00:10", faults
+    for r in got["restarts"]:
+        assert r["cause"] == "node 1 exited with code 137: killed by SIGKILL (retryable)", r
+        assert (r["exitCode"], r["resumedStep"]) == (137, 4)
+        assert r["secondsLost"] == pytest.approx(15)
 
 
 def test_client_run_local_hands_the_ledger_over_at_the_end(tmp_path, monkeypatch):

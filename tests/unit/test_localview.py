@@ -71,6 +71,18 @@ def test_a_failed_run_fails_the_rows_that_did_not_finish():
     assert s.first_failure().rank == 1
 
 
+def test_an_interrupted_run_shows_its_rows_interrupted_not_failed():
+    from kdist.cli.progress import _phase_text
+
+    view = LocalView(job(procs=1), Recorder())
+    view.attempt(0)
+    view.write('[rank 0] {"event": "done", "step": 20}\n')
+    view.finish(130, interrupted=True)
+    s = view.state
+    assert s.outcome == "Interrupted"
+    assert [_phase_text(r, s) for r in s.ranks.values()] == ["Succeeded", "Interrupted"]
+
+
 def test_a_run_refused_before_it_started_shows_nothing():
     seen = Recorder()
     LocalView(job(), seen).finish(2)

@@ -44,3 +44,18 @@ def test_a_signal_the_parent_ignored_stays_ignored():
         assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def test_sigterm_once_ignores_a_repeated_sigterm_but_not_a_ctrl_c():
+    seen = []
+    with interruptible(sigterm_once=True):
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+        except Interrupted as e:
+            seen.append(e.signum)
+            os.kill(os.getpid(), signal.SIGTERM)  # GNU timeout's second: ignored
+            with pytest.raises(Interrupted) as again:
+                os.kill(os.getpid(), signal.SIGINT)  # a Ctrl-C still stops
+            seen.append(again.value.signum)
+    assert seen == [signal.SIGTERM, signal.SIGINT]
+    assert signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN  # restored after the block

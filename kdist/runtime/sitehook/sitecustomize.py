@@ -36,6 +36,13 @@ code and the rest of finalization stay Python's. (Python 3.12 lets no atexit
 handler start the thread that bounds the destroy: there the threads only get a
 moment, with the GIL free, to drop what they hold.)
 
+Last, it notes that the script ended (``note_end_at_exit``): once every other ``atexit``
+handler ran, one line in ``<TORCHELASTIC_ERROR_FILE>.ended`` (this pid, and ``ok`` unless
+an uncaught exception or a non-zero ``sys.exit`` was seen). A worker that then dies of
+SIGABRT or SIGSEGV died in the interpreter's or a library's teardown (torch's C++ at
+exit), after its work was done: the launcher counts it as succeeded, and says so
+(``kdist.runtime.workers``).
+
 This module shadows any other ``sitecustomize`` (an image may ship one), so
 it runs that one too, afterwards. Standard library only; never fails the
 worker: a problem is one line on stderr.
@@ -216,6 +223,39 @@ def end_group_at_exit() -> None:
     atexit.register(_end_group)
 
 
+ENDED_SUFFIX = ".ended"  # kdist.runtime.workers.ENDED_SUFFIX
+_ended: dict[str, Any] = {"failed": False}
+
+
+def note_end_at_exit() -> None:
+    """Registered before `_end_group`, so it runs after every other atexit handler."""
+    error_file = os.environ.get("TORCHELASTIC_ERROR_FILE", "")
+    if not error_file:
+        return
+    real_exit, real_hook = sys.exit, sys.excepthook
+
+    def exit(status: Any = None) -> None:  # noqa: A001 (sys.exit's stand-in)
+        _ended["failed"] = status not in (None, 0)
+        real_exit(status)
+
+    def excepthook(*args: Any) -> None:
+        _ended["failed"] = True
+        real_hook(*args)
+
+    sys.exit, sys.excepthook = exit, excepthook  # type: ignore[assignment]
+    atexit.register(_note_end, error_file + ENDED_SUFFIX)
+
+
+def _note_end(path: str) -> None:
+    if os.getpid() != _PID:  # a forked child's exit is not the worker's
+        return
+    try:
+        with open(path, "w") as f:
+            f.write(f"{_PID} {'failed' if _ended['failed'] else 'ok'}\n")
+    except OSError:
+        pass
+
+
 def _end_group() -> None:
     """Destroy the default process group if the script left it (see the module's doc)."""
     dist = sys.modules.get("torch.distributed")
@@ -283,7 +323,7 @@ def chain() -> None:
     spec.loader.exec_module(module)
 
 
-for _step in (install, dump_stacks_on_signal, end_group_at_exit, chain):
+for _step in (install, dump_stacks_on_signal, note_end_at_exit, end_group_at_exit, chain):
     try:
         _step()
     except Exception as _e:  # a worker must start whatever happens here
