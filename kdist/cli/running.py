@@ -14,7 +14,6 @@ message ends with too, `kdist.kube.objects.last_words`): the most telling one.
 
 from __future__ import annotations
 
-import json
 import re
 import signal
 import sys
@@ -23,7 +22,9 @@ from typing import IO, Any
 
 from kdist.cli.progress import duration, ledger_lines
 from kdist.cli.say import say
+from kdist.shared import jsonread
 from kdist.shared.exitcodes import severity
+from kdist.shared.limits import MAX_EVENT_BYTES
 
 _RANK0 = "[rank 0] "
 MAX_LINE = 64 * 1024  # a step line is short; longer lines are not read for steps
@@ -53,7 +54,7 @@ class RunSummary:
         if not line.startswith(_RANK0) or '{"event"' not in line:
             return
         try:
-            record = json.loads(line[len(_RANK0):])
+            record = jsonread.loads(line[len(_RANK0):], limit=MAX_EVENT_BYTES)
         except ValueError:
             return
         if not isinstance(record, dict) or record.get("event") not in ("step", "done"):

@@ -16,14 +16,13 @@ again (`kdist.kube.transport`).
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Iterator
 from typing import Any
 
 from kdist import backends
 from kdist.kube import bodies, kinds, owned
-from kdist.kube.answers import checked, listed
+from kdist.kube.answers import checked, listed, refused
 from kdist.kube.config import ClusterOptions, KubeConfig
 from kdist.kube.errors import (
     RETRYABLE_STATUS,
@@ -36,6 +35,7 @@ from kdist.kube.errors import (
     not_the_api,
 )
 from kdist.kube.transport import Transport
+from kdist.shared import jsonread
 from kdist.shared.errors import JobNotFound, OperatorMissing
 from kdist.shared.limits import MAX_ANSWER_BYTES, MAX_EVENT_BYTES
 
@@ -88,7 +88,9 @@ class Cluster(Transport):
                 raise Transient(str(u.error)) from None
             raise MaybeDone(str(u.error)) if method == "POST" and u.sent else u.error from None
         try:
-            answer = json.loads(data or b"{}")
+            answer = jsonread.loads(data or b"{}", limit=MAX_ANSWER_BYTES)
+        except jsonread.OutOfBounds as e:
+            raise refused(f"the answer to {method} {path}", str(e)) from None
         except ValueError:
             raise not_the_api(self.server, f"{method} {path}", content_type, data) from None
         if not isinstance(answer, dict):

@@ -17,7 +17,6 @@ stderr into its pipe (``kdist.runtime.output``).
 from __future__ import annotations
 
 import errno
-import json
 import os
 import signal
 import subprocess
@@ -29,12 +28,14 @@ from typing import Any
 
 from kdist.runtime import worker_exec
 from kdist.runtime.plan import LaunchPlan
-from kdist.shared import processes
+from kdist.shared import jsonread, processes
 
 ROLE = "trainer"
 SIGNALS_TO_HANDLE = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"  # torch's LaunchConfig default
 #: rank 0's worker: the fd of the listening master socket it serves the store on.
 STORE_FD = "KDIST_STORE_FD"
+#: The most of a worker's error file read (torch's @record writes a message and a traceback).
+MAX_ERROR_FILE = 1 << 20
 
 
 def worker_env(plan: LaunchPlan, local_rank: int, environ: Mapping[str, str],
@@ -102,7 +103,9 @@ class Worker:
     def error_message(self) -> object:
         """The ``message`` of the error file ``@record`` wrote, if it did."""
         try:
-            return json.loads(self.error_file.read_text()).get("message")
+            # The worker wrote it: read within bounds, as any worker's text.
+            error = jsonread.loads(self.error_file.read_text(), limit=MAX_ERROR_FILE)
+            return error.get("message")
         except (OSError, ValueError, AttributeError):
             return None
 

@@ -18,13 +18,12 @@ every node says it once per restart, and the ledger counts each restart once.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, NamedTuple
 
-from kdist.shared import exitcodes
+from kdist.shared import exitcodes, jsonread
 from kdist.shared.records import parse_time as epoch
 
 #: The annotation the ledger is kept in (JSON, bounded by MAX_ENTRIES).
@@ -228,7 +227,7 @@ def parse(text: str | None) -> dict[str, Any] | None:
     if not text or len(text) > 64_000:
         return None
     try:
-        value = json.loads(text)
+        value = jsonread.loads(text, limit=64_000)
     except ValueError:
         return None
     if not isinstance(value, dict) or not isinstance(value.get("restarts"), list):
