@@ -6,7 +6,6 @@ connection pool) and arguments the client has already checked.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -23,6 +22,7 @@ from kdist.api.types import (
 )
 from kdist.kube import kinds
 from kdist.kube.config import ClusterOptions, KubeConfig, resolve_namespace
+from kdist.shared import strictjson
 from kdist.shared.errors import ClusterError, JobFailed, TimedOut, UsageError
 from kdist.shared.terminal import escape
 
@@ -202,7 +202,7 @@ class LedgerKeeper:
             return
         self.written = ledger.version
         try:
-            self.cluster.annotate(self.job, {ANNOTATION: json.dumps(
+            self.cluster.annotate(self.job, {ANNOTATION: strictjson.dumps(
                 tracker.state.ledger, separators=(",", ":"))})
         except KdistError as e:
             self.off = True

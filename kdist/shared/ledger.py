@@ -23,10 +23,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, NamedTuple
 
-from kdist.shared import exitcodes, jsonread
+from kdist.shared import exitcodes
 from kdist.shared.records import parse_time as epoch
 
-#: The annotation the ledger is kept in (JSON, bounded by MAX_ENTRIES).
+#: The annotation the ledger is kept in (JSON, bounded by MAX_ENTRIES); read back by
+#: ``kdist.shared.ledgerread``, which checks it.
 ANNOTATION = "kdist.dev/ledger"
 MAX_ENTRIES = 100
 #: Two exits this close in time (their containers' finishedAt) are one restart's.
@@ -149,8 +150,8 @@ class Ledger:
                         said="restarted in place before its exit was seen")
 
     def adopt(self, kept: dict[str, Any]) -> bool:
-        """Go on from the ledger a watch kept on the job (``parse``), when it knows more
-        restarts than this one: a later reader (`kdist status`, a watch attached again)
+        """Go on from the ledger a watch kept on the job (``ledgerread.read``), when it knows
+        more restarts than this one: a later reader (`kdist status`, a watch attached again)
         adds to the history, never writes a shorter one over it. Whether it did."""
         entries = [e for e in kept.get("restarts", []) if isinstance(e, dict)]
         if len(entries) <= len(self.restarts):
@@ -224,17 +225,3 @@ class Ledger:
                 "secondsLost": round(lost_s, 1), "stepsLost": sum(steps),
                 "succeeded": succeeded,
                 "goodput": goodput, "asOf": iso(now)}
-
-
-def parse(text: str | None) -> dict[str, Any] | None:
-    """The annotation's ledger, when it is one (a client reads what a watch wrote)."""
-    if not text or len(text) > 64_000:
-        return None
-    try:
-        value = jsonread.loads(text, limit=64_000)
-    except ValueError:
-        return None
-    if not isinstance(value, dict) or not isinstance(value.get("restarts"), list):
-        return None
-    return value
-
