@@ -151,13 +151,15 @@ def follow(cluster: Cluster, job: dict[str, Any], observer: Observer, *, logs: b
 
     meta = job["metadata"]
     tracker = Tracker(meta["name"], meta["namespace"])
-    tracker.job_event("ADDED", job)
+    first = tracker.job_event("ADDED", job)  # its notes: said once, here (kube.tracker)
     sources = job_sources(cluster, job)
     session = Session(tracker, sources, logs=logs, tail=tail, ranks=ranks)
     deadline = time.monotonic() + timeout if timeout else None
     state = tracker.state
     keeper = LedgerKeeper(cluster, job, observer) if logs else None
     observer.start(state)
+    for text in first:
+        observer.warning(text)
     try:
         session.start()
         for kind, payload in session.events(drain=drain):
