@@ -24,7 +24,6 @@ from kdist.cli.progress import duration, ledger_lines
 from kdist.cli.say import say
 from kdist.shared import jsonread
 from kdist.shared.exitcodes import severity
-from kdist.shared.limits import MAX_EVENT_BYTES
 
 _RANK0 = "[rank 0] "
 MAX_LINE = 64 * 1024  # a step line is short; longer lines are not read for steps
@@ -54,7 +53,7 @@ class RunSummary:
         if not line.startswith(_RANK0) or '{"event"' not in line:
             return
         try:
-            record = jsonread.loads(line[len(_RANK0):], limit=MAX_EVENT_BYTES)
+            record = jsonread.loads(line[len(_RANK0):], limit=MAX_LINE)
         except ValueError:
             return
         if not isinstance(record, dict) or record.get("event") not in ("step", "done"):
