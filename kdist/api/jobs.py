@@ -6,7 +6,6 @@ connection pool) and arguments the client has already checked.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -24,6 +23,7 @@ from kdist.api.types import (
 )
 from kdist.kube import kinds
 from kdist.kube.config import ClusterOptions, KubeConfig, resolve_namespace
+from kdist.shared import strictjson
 from kdist.shared.errors import ClusterError, JobFailed, TimedOut, UsageError
 from kdist.shared.terminal import escape
 
@@ -166,13 +166,15 @@ def follow(cluster: Cluster, job: dict[str, Any], observer: Observer, *, logs: b
 
     meta = job["metadata"]
     tracker = Tracker(meta["name"], meta["namespace"])
-    tracker.job_event("ADDED", job)
+    first = tracker.job_event("ADDED", job)  # its notes: said once, here (kube.tracker)
     sources = job_sources(cluster, job)
     session = Session(tracker, sources, logs=logs, tail=tail, ranks=ranks)
     deadline = time.monotonic() + timeout if timeout else None
     state = tracker.state
     keeper = LedgerKeeper(cluster, job, observer) if logs else None
     observer.start(state)
+    for text in first:
+        observer.warning(text)
     try:
         session.start()
         for kind, payload in session.events(drain=drain):
@@ -217,7 +219,7 @@ class LedgerKeeper:
             return
         self.written = ledger.version
         try:
-            self.cluster.annotate(self.job, {ANNOTATION: json.dumps(
+            self.cluster.annotate(self.job, {ANNOTATION: strictjson.dumps(
                 tracker.state.ledger, separators=(",", ":"))})
         except KdistError as e:
             self.off = True

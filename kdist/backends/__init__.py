@@ -49,7 +49,11 @@ def of(obj: dict[str, Any]) -> Backend:
 
 
 def pod_rank(labels: dict[str, Any], annotations: dict[str, Any]) -> int | None:
-    """A pod's node rank by whichever backend's labels it carries."""
+    """A pod's node rank by whichever backend's labels it carries; a backend that claims
+    the pod (a JobSet's, which is an Indexed Job's pod too) alone decides."""
+    for b in BACKENDS:
+        if b.claims_pod(labels):
+            return b.pod_rank(labels, annotations)
     for b in BACKENDS:
         rank = b.pod_rank(labels, annotations)
         if rank is not None:

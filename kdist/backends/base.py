@@ -114,10 +114,20 @@ class Backend:
         """A pod's node rank from its labels (never its name), None when not this kind's."""
         return None
 
+    def claims_pod(self, labels: dict[str, Any]) -> bool:
+        """Whether the pod is this kind's alone to rank (its controller's labels say so),
+        though another kind's labels are on it too."""
+        return False
+
     def earlier_pods(self, labels: dict[str, Any], annotations: dict[str, Any]) -> int:
         """How many of the rank's pods came before this one, as the kind's controllers
         count them on the pod (0: this kind says nothing)."""
         return 0
+
+    def shape_note(self, obj: dict[str, Any]) -> str:
+        """One line when `obj` is of a shape kdist does not write, and what of it is read
+        (a table shows the rest as kdist would not): "" when it is kdist's shape."""
+        return ""
 
     def own_pod_selector(self, name: str) -> str:
         """The controller's own label selector for the pods of `name` (for an object
@@ -179,11 +189,16 @@ def node_count(obj: dict[str, Any], where: str, value: Any, minimum: int = 1) ->
 
 def bad_answer(obj: dict[str, Any], where: str, value: Any) -> ClusterError:
     meta: dict[str, Any] = obj.get("metadata") or {}
-    shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
     return ClusterError(
         f"the cluster's {obj.get('kind') or 'job'} {meta.get('name', '?')} in namespace "
-        f"{meta.get('namespace', '?')} says {where} is {shown}: not a node count a kdist "
+        f"{meta.get('namespace', '?')} says {where} is {shown(value)}: not a node count a kdist "
         f"job can have (1 to {MAX_NODES}); kdist does not follow it")
+
+
+def shown(value: Any) -> str:
+    """A value from the cluster in an error or a note: its repr, at most 40 characters."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def field_path(annotation: str) -> str:

@@ -34,6 +34,7 @@ from kdist.backends.base import (
     field_path,
     index_failures,
     node_count,
+    shown,
     spec_of,
 )
 from kdist.shared import env as E
@@ -48,6 +49,8 @@ NODE_JOB = "node"
 # The controller's pod labels.
 JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
 RESTART_ATTEMPT = "jobset.sigs.k8s.io/restart-attempt"
+REPLICATED_JOB = "jobset.sigs.k8s.io/replicatedjob-name"
+JOB_INDEX = "jobset.sigs.k8s.io/job-index"
 #: The child Job's failure reasons that fail the JobSet instead of restarting it.
 FAIL_REASONS = ["PodFailurePolicy", "DeadlineExceeded"]
 
@@ -91,12 +94,39 @@ class JobSetBackend(Backend):
         return [((j.get("template") or {}).get("spec") or {}).get("template") or {}
                 for j in self._jobs(obj)]
 
+    def foreign_shape(self, obj: dict[str, Any]) -> str:
+        """What makes `obj` other than the JobSet kdist writes (one replicated Job, `node`,
+        of one replica: one Indexed Job whose completion index is the rank), "" if nothing.
+        Another shape's pods share completion indexes (two Jobs of `replicas: 2` each have
+        a pod 0), which read as kdist's would show a restart that never happened."""
+        jobs = spec_of(obj).get("replicatedJobs")
+        if not isinstance(jobs, list):
+            return ""  # not said (no ranks are made up), or refused as an answer (nodes)
+        if len(jobs) != 1:
+            return f"spec.replicatedJobs has {len(jobs)} Jobs, not 1"
+        job = jobs[0] if isinstance(jobs[0], dict) else {}
+        if job.get("name") != NODE_JOB:
+            return f"spec.replicatedJobs[0].name is {shown(job.get('name'))}, not {NODE_JOB!r}"
+        replicas = job.get("replicas", 1)
+        if replicas != 1 or isinstance(replicas, bool):
+            return f"spec.replicatedJobs[0].replicas is {shown(replicas)}, not 1"
+        return ""
+
+    def shape_note(self, obj: dict[str, Any]) -> str:
+        why = self.foreign_shape(obj)
+        name = (obj.get("metadata") or {}).get("name", "?")
+        return (f"JobSet {name} is not of the shape kdist writes ({why}): its node count is "
+                f"not read, and only the pods of its replicated Job {NODE_JOB!r} (job 0) are "
+                "ranks") if why else ""
+
     def nodes(self, obj: dict[str, Any]) -> int | None:
         jobs = spec_of(obj).get("replicatedJobs")
         if jobs is None:
             return None
         if not isinstance(jobs, list):
             raise bad_answer(obj, "spec.replicatedJobs", jobs)
+        if self.foreign_shape(obj):
+            return None  # the ranks are the pods seen of kdist's one Job (pod_rank)
         total = 0
         for i, j in enumerate(self._jobs(obj)):
             where = f"spec.replicatedJobs[{i}]"
@@ -106,8 +136,16 @@ class JobSetBackend(Backend):
             total += replicas * node_count(obj, f"{where}.template.spec.completions", pods)
         return node_count(obj, "spec.replicatedJobs (pods in all)", total) if total else None
 
+    def claims_pod(self, labels: dict[str, Any]) -> bool:
+        return JOBSET_NAME in labels
+
     def pod_rank(self, labels: dict[str, Any], annotations: dict[str, Any]) -> int | None:
-        return completion_index(labels, annotations) if JOBSET_NAME in labels else None
+        """The completion index of a pod of kdist's one Job (replicated Job `node`, job 0;
+        a label not there is taken as kdist's); a pod of any other Job is no rank."""
+        if JOBSET_NAME not in labels or labels.get(REPLICATED_JOB, NODE_JOB) != NODE_JOB or \
+                str(labels.get(JOB_INDEX, "0")) != "0":
+            return None
+        return completion_index(labels, annotations)
 
     def earlier_pods(self, labels: dict[str, Any], annotations: dict[str, Any]) -> int:
         """The JobSet's restarts before this pod's, and its Job's evicted pods."""

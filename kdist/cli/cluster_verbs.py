@@ -12,7 +12,6 @@ Every line holding the cluster's names or words goes out through
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -30,6 +29,7 @@ from kdist.cli.options import (
     workdir_option,
 )
 from kdist.cli.say import say
+from kdist.shared import strictjson
 from kdist.shared.errors import JobFailed, JobNotFound, UsageError
 from kdist.shared.labels import RUNTIME_SHA256
 from kdist.shared.terminal import escape
@@ -271,7 +271,9 @@ def status(opts: ClusterOptions, name: str, output: str, plot: str | None = None
     client = api.client(**_opts(opts))  # one connection for the status and the plot
     state = client.status(_name(name))
     if output == "json":
-        click.echo(json.dumps(state.to_dict(), indent=2))
+        click.echo(strictjson.dumps(state.to_dict(), indent=2))
+        for note in state.notes:  # stdout is the JSON alone
+            say(f"note: {note}", err=True)
     else:
         from kdist.cli.progress import print_status
 

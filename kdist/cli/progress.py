@@ -347,7 +347,7 @@ def print_status(state: JobState) -> None:
             _phase_text(r, state), r.restarts, _step_text(r, state.max_steps), _loss_text(r),
             sparkline(r.losses), r.node or "-")))
     console.print(table)
-    for line in ledger_lines(state.ledger):
+    for line in [*ledger_lines(state.ledger), *(f"note: {n}" for n in state.notes)]:
         console.print(shown(line))
 
 
@@ -365,11 +365,17 @@ def ledger_lines(ledger: dict[str, Any] | None) -> list[str]:
         lines.append(f"restart {i} at {at}: {r.get('cause')}; {back}")
     allowed = ledger.get("restartsAllowed")
     goodput = ledger.get("goodput")
+    # A total the annotation held wrongly is None (kdist.shared.ledgerread): unsaid.
+    used, seconds, steps = (_or_dash(ledger.get(k)) for k in ("restartsUsed", "secondsLost",
+                                                              "stepsLost"))
     lines.append(f"goodput {'-' if goodput is None else f'{goodput:.1%}'}: "
-                 f"{ledger.get('restartsUsed')} restart(s)"
-                 f"{'' if allowed is None else f' of {allowed}'} used, "
-                 f"{ledger.get('secondsLost')}s and {ledger.get('stepsLost')} step(s) lost")
+                 f"{used} restart(s){'' if allowed is None else f' of {allowed}'} used, "
+                 f"{seconds}s and {steps} step(s) lost")
     return lines
+
+
+def _or_dash(value: object) -> object:
+    return "-" if value is None else value
 
 
 def print_jobs(rows: list[Any], all_namespaces: bool, selector: str = "") -> None:

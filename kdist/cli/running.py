@@ -14,7 +14,6 @@ message ends with too, `kdist.kube.objects.last_words`): the most telling one.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -25,6 +24,7 @@ from typing import IO, Any
 
 from kdist.cli.progress import duration, ledger_lines
 from kdist.cli.say import say
+from kdist.shared import jsonread
 from kdist.shared.exitcodes import severity
 
 _RANK0 = "[rank 0] "
@@ -63,7 +63,7 @@ class RunSummary:
         if not line.startswith(_RANK0) or '{"event"' not in line:
             return
         try:
-            record = json.loads(line[len(_RANK0):])
+            record = jsonread.loads(line[len(_RANK0):], limit=MAX_LINE)
         except ValueError:
             return
         if not isinstance(record, dict) or record.get("event") not in ("step", "done", "resume"):

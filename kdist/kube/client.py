@@ -16,7 +16,6 @@ again (`kdist.kube.transport`).
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -24,7 +23,7 @@ from typing import Any
 
 from kdist import backends
 from kdist.kube import bodies, kinds, owned
-from kdist.kube.answers import checked, discovered, listed
+from kdist.kube.answers import checked, discovered, listed, refused
 from kdist.kube.config import ClusterOptions, KubeConfig
 from kdist.kube.deadline import each_within
 from kdist.kube.errors import (
@@ -38,6 +37,7 @@ from kdist.kube.errors import (
     not_the_api,
 )
 from kdist.kube.transport import Transport
+from kdist.shared import jsonread
 from kdist.shared.errors import JobNotFound, OperatorMissing
 from kdist.shared.limits import MAX_ANSWER_BYTES, MAX_EVENT_BYTES
 
@@ -90,7 +90,9 @@ class Cluster(Transport):
                 raise Transient(str(u.error)) from None
             raise MaybeDone(str(u.error)) if method == "POST" and u.sent else u.error from None
         try:
-            answer = json.loads(data or b"{}")
+            answer = jsonread.loads(data or b"{}", limit=MAX_ANSWER_BYTES)
+        except jsonread.OutOfBounds as e:
+            raise refused(f"the answer to {method} {path}", str(e)) from None
         except ValueError:
             raise not_the_api(self.server, f"{method} {path}", content_type, data) from None
         if not isinstance(answer, dict):

@@ -6,12 +6,13 @@ reconnect), never shown to a user; everything else is a ``KdistError``.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from typing import Any
 
+from kdist.shared import jsonread
 from kdist.shared.errors import ClusterError, JobNotFound, KdistError, OperatorMissing
+from kdist.shared.limits import MAX_ANSWER_BYTES
 
 RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
 # scheme://user:password@ (or a bare user:password@ before a host): the part never printed.
@@ -96,7 +97,7 @@ class HttpError(Exception):
 
     def status_object(self) -> dict[str, Any]:
         try:
-            body = json.loads(self.body or b"")
+            body = jsonread.loads(self.body or b"", limit=MAX_ANSWER_BYTES)
         except ValueError:
             return {}
         return body if isinstance(body, dict) and body.get("kind") == "Status" else {}

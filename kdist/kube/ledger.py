@@ -8,8 +8,8 @@ from kdist.shared.ledger import (
     Restart,
     in_process_restart,
     iso,
-    parse,
 )
+from kdist.shared.ledgerread import read
 
 __all__ = ["ANNOTATION", "MAX_ENTRIES", "Ledger", "Restart", "in_process_restart", "iso",
-           "parse"]
+           "read"]

@@ -75,6 +75,13 @@ def job_nodes(obj: dict[str, Any]) -> int | None:
         return None
 
 
+def shape_notes(obj: dict[str, Any]) -> list[str]:
+    """A line for a training object of a shape kdist does not write (`Backend.shape_note`),
+    escaped as read: none for kdist's own."""
+    note = backends.of(obj).shape_note(obj)
+    return [escape(note)] if note else []
+
+
 def checked_job_nodes(obj: dict[str, Any]) -> int | None:
     """How many node ranks the job has (None when it does not say); ClusterError when the
     object says more than kdist's MAX_NODES, or not a count at all."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -11,7 +10,9 @@ from kdist.kube.client import LOG_READ_TIMEOUT, WATCH_SECONDS, Cluster
 from kdist.kube.errors import Action, Gone, HttpError, Transient, api_error
 from kdist.kube.objects import count, pod_selector
 from kdist.kube.reflector import Sources
+from kdist.shared import jsonread
 from kdist.shared.errors import JobNotFound
+from kdist.shared.limits import MAX_EVENT_BYTES
 
 _SELECTORS = {"label_selector": "labelSelector", "field_selector": "fieldSelector"}
 
@@ -50,7 +51,9 @@ class ApiSource:
                 if not line.strip():
                     continue
                 try:
-                    event = json.loads(line)
+                    event = jsonread.loads(line, limit=MAX_EVENT_BYTES)
+                except jsonread.OutOfBounds as e:  # no cut makes this: the server's answer
+                    raise answers.refused(f"a watch event on {self.what}", str(e)) from None
                 except ValueError as e:  # a cut mid-event
                     raise Transient(f"malformed watch event: {e}") from None
                 yield answers.event(event, self.kind, f"a watch event on {self.what}")

@@ -86,6 +86,9 @@ class JobState:
     failures: list[Failure] = field(default_factory=list)
     # The goodput ledger (kdist.shared.ledger): this watch's, else the job's annotation's
     ledger: dict[str, Any] | None = None
+    # What of the job object kdist did not read as its own, one line each: a shape it does
+    # not write, ledger entries skipped (kdist.shared.ledgerread)
+    notes: list[str] = field(default_factory=list)
 
     def gang_holds(self) -> bool:
         """Whether a native gang holds pods back now: it has not been placed, and some

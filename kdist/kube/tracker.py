@@ -31,6 +31,7 @@ from kdist.kube.objects import (
     parse_time,
     pod_view,
     restart_mode_of,
+    shape_notes,
     terminal_condition,
     workload_state,
 )
@@ -38,7 +39,7 @@ from kdist.kube.state import Failure, JobState, RankState
 from kdist.shared import exitcodes, facts
 from kdist.shared.ledger import ANNOTATION as LEDGER
 from kdist.shared.ledger import Ledger, in_process_restart
-from kdist.shared.ledger import parse as parse_ledger
+from kdist.shared.ledgerread import read as read_ledger
 from kdist.shared.terminal import escape
 
 __all__ = ["Failure", "JobState", "RankState", "Tracker"]
@@ -75,12 +76,10 @@ class Tracker:
             return self.job_relist(payload) if kind == "relist" else self.job_event(kind, payload)
         if source == "pods":
             return self.pod_relist(payload) if kind == "relist" else self.pod_event(kind, payload)
-        if source == "queue":
+        if source in ("queue", "gang"):
             items = payload if kind == "relist" else ([] if kind == "DELETED" else [payload])
-            return self.queue_event(items[-1]) if items else []
-        if source == "gang":
-            items = payload if kind == "relist" else ([] if kind == "DELETED" else [payload])
-            return self.gang_event(items[-1]) if items else []
+            event = self.queue_event if source == "queue" else self.gang_event
+            return event(items[-1]) if items else []
         if source == "logs" and kind == "log":
             self.log_line(*payload)
         return []
@@ -128,7 +127,8 @@ class Tracker:
         s.runtime, s.procs_per_node = said.runtime, said.procs_per_node  # None: "auto"
         s.restart_mode = restart_mode_of(obj)
         s.gang = escape(gang_of(obj)) or s.gang
-        self._saved_ledger = parse_ledger((meta.get("annotations") or {}).get(LEDGER))
+        kept = read_ledger((meta.get("annotations") or {}).get(LEDGER))
+        self._saved_ledger, s.notes = kept.ledger, [*shape_notes(obj), *map(escape, kept.problems)]
         if self._saved_ledger is not None and self.ledger.adopt(self._saved_ledger):
             self._adopted = self.ledger.version
         used = (self._saved_ledger or {}).get("restartsUsed")
@@ -149,7 +149,7 @@ class Tracker:
             s.finished = cond.get("lastTransitionTime") or (obj.get("status") or {}).get(
                 "completionTime")
         self.ledger_changed()
-        return []
+        return [w for note in s.notes for w in self._warn(("note", note), note)]
 
     def job_relist(self, items: list[dict[str, Any]]) -> list[str]:
         """The job as a fresh list shows it (empty: it is gone)."""

@@ -8,7 +8,9 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from kdist.kube import bodies
+from kdist.kube.answers import refused
 from kdist.kube.errors import HttpError, Unanswered, not_the_api
+from kdist.shared import jsonread
 from kdist.shared.limits import MAX_ANSWER_BYTES
 
 OK, FAIL, ABSENT, UNKNOWN, SKIPPED = "ok", "fail", "not served", "unknown", "skipped"
@@ -73,7 +75,9 @@ def ask_raw(cluster: Any, method: str, path: str, body: Any,
     except Unanswered as u:
         raise u.error from None
     try:
-        answer = json.loads(data or b"{}")
+        answer = jsonread.loads(data or b"{}", limit=MAX_ANSWER_BYTES)
+    except jsonread.OutOfBounds as e:
+        raise refused(f"the answer to {method} {path}", str(e)) from None
     except ValueError:
         answer = None
     if not isinstance(answer, dict):

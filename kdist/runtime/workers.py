@@ -17,7 +17,6 @@ stderr into its pipe (``kdist.runtime.output``).
 from __future__ import annotations
 
 import errno
-import json
 import os
 import signal
 import subprocess
@@ -29,7 +28,7 @@ from typing import Any
 
 from kdist.runtime import worker_exec
 from kdist.runtime.plan import LaunchPlan
-from kdist.shared import processes
+from kdist.shared import jsonread, processes
 
 ROLE = "trainer"
 SIGNALS_TO_HANDLE = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"  # torch's LaunchConfig default
@@ -40,6 +39,8 @@ ENDED_SUFFIX = ".ended"
 #: A worker these end after that note died in teardown (torch's C++ at exit), not in its
 #: work: an abort, a segfault.
 TEARDOWN_SIGNALS = (signal.SIGABRT, signal.SIGSEGV)
+#: The most of a worker's error file read (torch's @record writes a message and a traceback).
+MAX_ERROR_FILE = 1 << 20
 
 
 def worker_env(plan: LaunchPlan, local_rank: int, environ: Mapping[str, str],
@@ -120,7 +121,9 @@ class Worker:
     def error_message(self) -> object:
         """The ``message`` of the error file ``@record`` wrote, if it did."""
         try:
-            return json.loads(self.error_file.read_text()).get("message")
+            # The worker wrote it: read within bounds, as any worker's text.
+            error = jsonread.loads(self.error_file.read_text(), limit=MAX_ERROR_FILE)
+            return error.get("message")
         except (OSError, ValueError, AttributeError):
             return None
 

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kdist.shared import jsonread
 from kdist.shared.labels import DOMAIN
 
 ANNOTATION = f"{DOMAIN}/facts"
@@ -43,7 +44,7 @@ def read(annotations: Mapping[str, Any] | None) -> Facts:
     kdist writes reads as unknown (an object kdist did not render, or one edited)."""
     raw = (annotations or {}).get(ANNOTATION)
     try:
-        doc = json.loads(raw) if isinstance(raw, str) and len(raw) <= 4096 else {}
+        doc = jsonread.loads(raw, limit=4096) if isinstance(raw, str) else {}
     except ValueError:
         doc = {}
     if not isinstance(doc, dict):

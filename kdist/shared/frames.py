@@ -25,7 +25,7 @@ import hashlib
 import json
 from typing import Any
 
-from kdist.shared import jsonvalue
+from kdist.shared import jsonread, jsonvalue
 
 RESULT = "KDIST-RESULT-JSON"
 #: kdist < this format's frames: a pickle, refused unread.
@@ -126,7 +126,7 @@ class Frames:
         if len(self.errors) >= 8 or len(text) > MAX_ERROR_CHARS * 2:
             return
         try:
-            info = json.loads(base64.b64decode(text, validate=True))
+            info = jsonread.loads(base64.b64decode(text, validate=True), limit=MAX_ERROR_CHARS * 2)
         except (binascii.Error, ValueError):
             return
         if isinstance(info, dict) and isinstance(info.get("rank"), int):
@@ -138,8 +138,11 @@ class Frames:
 
 def decode(payload: bytes) -> Any:
     """The value a complete result payload holds: JSON types only; ValueError if it is
-    not JSON (a digest that matched makes that a forgery or a bug, never a cut)."""
+    not JSON or nests deeper than kdist reads (a digest that matched makes that a forgery
+    or a bug, never a cut)."""
     try:
-        return jsonvalue.loads(payload)
+        return jsonvalue.loads(payload, limit=MAX_RESULT_BYTES)
+    except jsonread.OutOfBounds:
+        raise
     except ValueError as e:
         raise ValueError(f"it is not JSON ({e})") from None

@@ -17,9 +17,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from kdist.shared import jsonread
+
 #: Deeper than this is refused: json's encoder and decoder recurse, and a value this
-#: deep is a mistake, not a result.
-MAX_DEPTH = 100
+#: deep is a mistake, not a result. The reader's bound, so what one side sends the other reads.
+MAX_DEPTH = jsonread.MAX_DEPTH
 ALLOWED = "None, bool, int, float, str, lists, tuples and dicts with str keys"
 
 
@@ -36,12 +38,11 @@ def dumps(value: Any, root: str = "result") -> str:
         raise NotJson(f"{root}: {str(e).split(';')[0]}; return such an int as str") from None
 
 
-def loads(text: str | bytes) -> Any:
-    """The value `text` holds; plain JSON types only (no hook builds anything else)."""
-    try:
-        return json.loads(text)
-    except RecursionError:
-        raise ValueError("nested too deeply to read") from None
+def loads(text: str | bytes, limit: int) -> Any:
+    """The value `text` holds; plain JSON types only (no hook builds anything else);
+    ValueError (`jsonread.NotRead`) for text that is not, is longer than `limit` or nests
+    deeper than MAX_DEPTH."""
+    return jsonread.loads(text, limit=limit)
 
 
 def _check(value: Any, path: str, depth: int, seen: set[int]) -> None:

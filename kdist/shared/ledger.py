@@ -18,7 +18,6 @@ every node says it once per restart, and the ledger counts each restart once.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -27,7 +26,8 @@ from typing import Any, NamedTuple
 from kdist.shared import exitcodes
 from kdist.shared.records import parse_time as epoch
 
-#: The annotation the ledger is kept in (JSON, bounded by MAX_ENTRIES).
+#: The annotation the ledger is kept in (JSON, bounded by MAX_ENTRIES); read back by
+#: ``kdist.shared.ledgerread``, which checks it.
 ANNOTATION = "kdist.dev/ledger"
 MAX_ENTRIES = 100
 #: Two exits this close in time (their containers' finishedAt) are one restart's.
@@ -146,14 +146,18 @@ class Ledger:
                last_step: int | None) -> None:
         """`restarts` restarts in place of `who` whose exit no watch saw (the kubelet
         restarted its containers between two updates read): each was retryable (its restart
-        rule fires on nothing else), counted by the kubelet's record of the exit (`code`)."""
-        for _ in range(restarts):
+        rule fires on nothing else), counted by the kubelet's record of the exit (`code`).
+
+        However many they are, they are one restart here: no step line came between them,
+        so each after the first is the same restart, still open. Said once, so a count of
+        2147483647 (a pod's word, believed up to 18 digits) costs what a count of 1 does."""
+        if restarts > 0:
             self.failed(who, code, None, now, last_step,
                         said="restarted in place before its exit was seen")
 
     def adopt(self, kept: dict[str, Any]) -> bool:
-        """Go on from the ledger a watch kept on the job (``parse``), when it knows more
-        restarts than this one: a later reader (`kdist status`, a watch attached again)
+        """Go on from the ledger a watch kept on the job (``ledgerread.read``), when it knows
+        more restarts than this one: a later reader (`kdist status`, a watch attached again)
         adds to the history, never writes a shorter one over it. Whether it did."""
         entries = [e for e in kept.get("restarts", []) if isinstance(e, dict)]
         if len(entries) <= len(self.restarts):
@@ -227,17 +231,3 @@ class Ledger:
                 "secondsLost": round(lost_s, 1), "stepsLost": sum(steps),
                 "succeeded": succeeded,
                 "goodput": goodput, "asOf": iso(now)}
-
-
-def parse(text: str | None) -> dict[str, Any] | None:
-    """The annotation's ledger, when it is one (a client reads what a watch wrote)."""
-    if not text or len(text) > 64_000:
-        return None
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return None
-    if not isinstance(value, dict) or not isinstance(value.get("restarts"), list):
-        return None
-    return value
-

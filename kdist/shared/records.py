@@ -3,9 +3,11 @@ the watch (``kdist.kube``) and the local runner (``kdist.local``) share."""
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from typing import Any
+
+from kdist.shared import jsonread
+from kdist.shared.limits import MAX_EVENT_BYTES
 
 
 def parse_record(line: str) -> dict[str, Any] | None:
@@ -18,7 +20,7 @@ def parse_record(line: str) -> dict[str, Any] | None:
     if start < 0:
         return None
     try:
-        record = json.loads(text[start:])
+        record = jsonread.loads(text[start:], limit=MAX_EVENT_BYTES)
     except ValueError:
         return None
     return record if isinstance(record, dict) and isinstance(record.get("event"), str) else None

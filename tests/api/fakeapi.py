@@ -68,6 +68,11 @@ class Request:
         return f"{self.method} {self.path}" + (f"?{query}" if query else "")
 
 
+class Raw(str):
+    """Text sent as it is, not as JSON: an answer (`FakeApi.answer`) or a watch line
+    (`script_watch`) that no JSON encoder makes, such as 100,000 `[`."""
+
+
 @dataclass
 class Rule:
     """A misbehaviour for matching requests: "html", "hang", "close", "status" or "answer"."""
@@ -184,7 +189,7 @@ class FakeApi:
         self.rules.append(Rule(action, method, path, body, times, code, watch))
 
     def answer(self, body: Any, code: int = 200, **match: Any) -> None:
-        """Answer `body` (any JSON, however misshapen) with HTTP `code`."""
+        """Answer `body` (any JSON, however misshapen; a `Raw` as it is) with HTTP `code`."""
         self.misbehave("answer", body=body, code=code, **match)
 
     def html(self, code: int = 200, **match: Any) -> None:
@@ -368,15 +373,15 @@ class _Handler(BaseHTTPRequestHandler):
     def _watch(self, api: FakeApi, query: Query, req: Request) -> None:
         scripts = api.watch_scripts.get(query.plural)
         if scripts:
-            return self._stream(json.dumps(e) for e in scripts.pop(0))
+            return self._stream(_text(e) for e in scripts.pop(0))
         if query.plural in api.watch_forever:
-            return self._stream(json.dumps(e) for e in api.watch_forever[query.plural])
+            return self._stream(_text(e) for e in api.watch_forever[query.plural])
         hook = api.on_watch.pop(query.plural, None)
         if hook is not None:
             hook()
         seconds = min(float(req.query.get("timeoutSeconds") or WATCH_WINDOW), WATCH_WINDOW)
         events = api.store.watch(query, req.query.get("resourceVersion", ""), seconds)
-        self._stream(json.dumps(e) for e in events)
+        self._stream(_text(e) for e in events)
 
     def _log(self, api: FakeApi, ns: str, pod: str, query: dict[str, str]) -> None:
         api.store.get("pods", ns, pod)  # 404 for a missing pod, as the API does
@@ -397,7 +402,7 @@ class _Handler(BaseHTTPRequestHandler):
     # -- answers --------------------------------------------------------------------------
 
     def _json(self, code: int, body: Any) -> None:
-        self._send(code, json.dumps(body).encode(), "application/json")
+        self._send(code, _text(body).encode(), "application/json")
 
     def _send(self, code: int, data: bytes, content_type: str) -> None:
         self.send_response(code)
@@ -418,6 +423,10 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
             self.wfile.flush()
         self.wfile.write(b"0\r\n\r\n")
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, Raw) else json.dumps(value)
 
 
 def _body(raw: bytes) -> Any:

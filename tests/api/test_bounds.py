@@ -110,3 +110,28 @@ def test_a_watch_line_beyond_the_bound_is_refused(api, kdist, monkeypatch):
     api.script_watch("jobs", [{"type": "MODIFIED", "object": huge}])
     out = kdist("wait", "demo", "--timeout", "10")
     error_line(out, 3, "a line of more than", "/jobs")
+
+
+@pytest.mark.parametrize("verb", ["status", "wait"])
+def test_a_huge_restart_count_in_place_is_counted_at_once(api, kdist_proc, baseline, verb):
+    """A pod restarted in place 2147483647 times by its count, with the kubelet's record of
+    the last: the restarts whose exit no watch saw were counted one by one (minutes of
+    full CPU); they are one restart of the ledger, as any number of them is."""
+    job = api.add(objects.job("demo"))[0]
+    pod = objects.pod(job, 0)
+    pod["status"]["containerStatuses"][0].update(restartCount=ABSURD, lastState={
+        "terminated": {"exitCode": 137, "reason": "RestartingAllContainers",
+                       "finishedAt": None}})
+    api.add(pod, objects.pod(job, 1))
+    args = ["status", "demo", "-o", "json"] if verb == "status" else \
+        ["wait", "demo", "--timeout", "3"]
+    out = kdist_proc(*args, limit=baseline.seconds + 30)
+    assert not out.timed_out, f"kdist was still running; killed:\n{out.describe()}"
+    assert out.seconds <= baseline.seconds + SLACK + (3 if verb == "wait" else 0), \
+        f"a plain run took {baseline.seconds:.1f}s:\n{out.describe()}"
+    assert out.crash is None and "Traceback" not in out.stderr, out.describe()
+    if verb == "status":
+        assert out.code == 0, out.describe()
+        shown = json.loads(out.stdout)
+        assert shown["ranks"][0]["restarts"] == ABSURD, out.describe()
+        assert shown["ledger"]["restartsUsed"] == 1, out.describe()

@@ -203,5 +203,5 @@ def test_a_hostile_deeply_nested_json_frame_is_a_clear_error():
     watcher = calls._Watcher(None)
     for i, piece in enumerate(pieces):
         watcher.log(0, f"{frames.RESULT} {digest} {i + 1}/{len(pieces)} {piece}")
-    with pytest.raises(JobFailed, match="not JSON .nested too deeply"):
+    with pytest.raises(JobFailed, match="nested more than 100 deep"):
         calls._value(watcher, 0, fn_call())
