@@ -27,8 +27,11 @@ from kdist.shared.exitcodes import severity
 
 _RANK0 = "[rank 0] "
 MAX_LINE = 64 * 1024  # a step line is short; longer lines are not read for steps
-# The launcher's line naming a node's failed worker (kdist.runtime.agent._failed).
-_FAILED = re.compile(r"kdist\.launch: worker rank (\d+) \([^)]*\) (.+); exiting (\d+): ")
+# The launcher's line naming a node's failed worker (kdist.runtime.agent._failed), as the
+# local runner passes a launcher's own lines on: `[node N] ` and its words, nothing between
+# (a worker's line is `[rank N] ...`, whatever it prints: kdist.shared.records).
+_FAILED = re.compile(r"\[node \d+\] kdist\.launch: worker rank (\d+) \([^)]*\) (.+); "
+                     r"exiting (\d+): ")
 
 
 class RunSummary:
@@ -48,13 +51,13 @@ class RunSummary:
         self.ledger = ledger
 
     def feed(self, line: str) -> None:
-        if "kdist.launch: worker rank " in line:
+        if line.startswith("[node "):
             self._failed(line)
         if not line.startswith(_RANK0) or '{"event"' not in line:
             return
         try:
             record = json.loads(line[len(_RANK0):])
-        except ValueError:
+        except (ValueError, RecursionError):  # a rank may print anything
             return
         if not isinstance(record, dict) or record.get("event") not in ("step", "done"):
             return
@@ -66,7 +69,7 @@ class RunSummary:
         self.done = self.done or record["event"] == "done"
 
     def _failed(self, line: str) -> None:
-        m = _FAILED.search(line)
+        m = _FAILED.match(line)
         if m is None:
             return
         rank, how, code = m.groups()

@@ -123,19 +123,21 @@ def lines(chunks: Iterable[bytes], max_line: int, where: str, *,
 
 def last_lines(chunks: Iterable[bytes], tail: int | None, cap: int, max_line: int,
                what: str) -> list[str]:
-    """A log's lines as text (split as str.splitlines does), the last `tail` of them
+    """A log's lines as text (split at each ``\n`` alone, as the kubelet counts them, less
+    a ``\r`` that ends one: no other character ends a line, so that nothing a worker
+    prints mid-line starts one, kdist.shared.records), the last `tail` of them
     when given, holding at most about `cap` bytes while reading: lines longer than
     `max_line` are cut; with `tail`, older lines go to stay within `cap`; without, a
     log past `cap` is a ClusterError naming `what`."""
     kept: deque[str] = deque()
     held = 0
     for raw in lines(chunks, max_line, what, cut=True):
-        for text in raw.decode("utf-8", "replace").splitlines() or [""]:
-            kept.append(text)
-            held += sys.getsizeof(text) + SLOT
-            while kept and ((tail is not None and len(kept) > tail) or held > cap):
-                if tail is None:
-                    raise ClusterError(f"{what} is more than {size(cap)}: read its end with "
-                                       "--tail N, or follow it with -f")
-                held -= sys.getsizeof(kept.popleft()) + SLOT
+        text = raw.decode("utf-8", "replace").removesuffix("\r")
+        kept.append(text)
+        held += sys.getsizeof(text) + SLOT
+        while kept and ((tail is not None and len(kept) > tail) or held > cap):
+            if tail is None:
+                raise ClusterError(f"{what} is more than {size(cap)}: read its end with "
+                                   "--tail N, or follow it with -f")
+            held -= sys.getsizeof(kept.popleft()) + SLOT
     return list(kept)

@@ -382,11 +382,13 @@ class Tracker:
     def log_line(self, pod_name: str, line: str, live: bool = True) -> None:
         """One line of a pod's log: JSON step/done records update that rank; a launcher's
         restart of its workers in process is a gang restart (in the ledger when the line
-        is `live`, seen as it was written: a log read back later says nothing of when)."""
+        is `live`, seen as it was written: a log read back later says nothing of when).
+        Only the launcher's own lines (``records.launcher_said``: nothing before its
+        words) say a restart; a worker's line that quotes them is a worker's."""
         rank = self.rank_of_pod(pod_name)
         if rank is None:
             return
-        if "kdist.launch: restarting " in line:
+        if line.startswith("kdist.launch: restarting "):
             self._in_process(rank, pod_name, line, live)
             return
         record = parse_record(line)

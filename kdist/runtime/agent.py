@@ -36,7 +36,7 @@ from typing import Any
 from kdist.runtime import failures as F
 from kdist.runtime import stacks, worker_exec
 from kdist.runtime import workers as W
-from kdist.runtime.output import Output
+from kdist.runtime.output import EMITTING, Output, break_lines
 from kdist.runtime.plan import LaunchPlan
 from kdist.runtime.rendezvous import ExitBarrier
 from kdist.runtime.watchdog import JobProgress, Watchdog
@@ -62,9 +62,14 @@ class Said:
 def say(message: str) -> None:
     # One write, newline included: unbuffered, print() writes the text and its end apart,
     # and the relay's lines (stdout, the same pipe in a local run) could land between.
+    # Between whole lines of the workers' output, never inside one (output.break_lines),
+    # and one line: a worker's words it quotes (an error file's message) start none.
     Said.last = message
-    sys.stderr.write(f"kdist.launch: {message}\n")
-    sys.stderr.flush()
+    line = message.replace("\r", " ").replace("\n", " ")
+    with EMITTING:
+        break_lines()
+        sys.stderr.write(f"kdist.launch: {line}\n")
+        sys.stderr.flush()
 
 
 def _is_json_event(line: str) -> bool:
