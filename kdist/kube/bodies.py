@@ -123,8 +123,8 @@ def lines(chunks: Iterable[bytes], max_line: int, where: str, *,
 
 def last_lines(chunks: Iterable[bytes], tail: int | None, cap: int, max_line: int,
                what: str) -> list[str]:
-    """A log's lines as text (split at each ``\n`` alone, as the kubelet counts them, less
-    a ``\r`` that ends one: no other character ends a line, so that nothing a worker
+    """A log's lines as text (split at each ``\\n`` alone, as the kubelet counts them, less
+    a ``\\r`` that ends one: no other character ends a line, so that nothing a worker
     prints mid-line starts one, kdist.shared.records), the last `tail` of them
     when given, holding at most about `cap` bytes while reading: lines longer than
     `max_line` are cut; with `tail`, older lines go to stay within `cap`; without, a

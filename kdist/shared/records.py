@@ -3,7 +3,7 @@ an RFC 3339 timestamp is: pure readers the watch (``kdist.kube``) and the local 
 (``kdist.local``) share.
 
 Which lines are trusted (docs/security.md): a line of a container's log is the
-launcher's own only when it *starts* with `LAUNCHER` (the log split on ``\n`` alone,
+launcher's own only when it *starts* with `LAUNCHER` (the log split on ``\\n`` alone,
 as the kubelet and the launcher split it). The launcher writes every line of its
 container's stream: the workers' output reaches it only through the launcher
 (``kdist.runtime.output``), which begins no worker line with `LAUNCHER` (it puts the
@@ -17,14 +17,13 @@ import json
 from datetime import datetime
 from typing import Any
 
-
 #: What begins every line the launcher writes itself (``kdist.runtime.agent.say``).
 LAUNCHER = "kdist.launch: "
 
 
 def launcher_said(line: str) -> str | None:
     """What the launcher said, when `line` (one line of a container's log, split on
-    ``\n`` alone) is its own: it starts with `LAUNCHER`; any prefix makes it a worker's."""
+    ``\\n`` alone) is its own: it starts with `LAUNCHER`; any prefix makes it a worker's."""
     return line[len(LAUNCHER):] if line.startswith(LAUNCHER) else None
 
 
