@@ -91,6 +91,7 @@ class _Stopper:
 
     def __init__(self, plan: LaunchPlan, output: Output, workers: list[W.Worker]) -> None:
         self.plan, self.output, self.workers = plan, output, workers
+        self.counts = Path(os.devnull)  # the workers' counts of collectives (workers.start)
         self.progress: JobProgress | None = None  # several nodes: tells them what hung
         self.detail = ""
         self.lock = threading.Lock()
@@ -129,12 +130,18 @@ class _Stopper:
         pids = [w.pid if w.poll() is None else 0 for w in self.workers]
         found = stacks.dump(pids, self.output.tail)
         shown = {w.rank: s for w, s in zip(self.workers, found, strict=False) if s is not None}
-        stuck = [r for r, s in shown.items() if not s.in_collective]
-        waiting = ", ".join(str(r) for r, s in shown.items() if s.in_collective)
+        # Counts of collectives started tell what frames cannot (DDP's all-reduce inside
+        # backward): the ranks behind never reached the collective the others wait in.
+        late, ahead = stacks.behind({w.rank: stacks.collectives(self.counts / str(w.local_rank))
+                                     for w in self.workers})
+        stuck = late or [r for r, s in shown.items() if not s.in_collective]
+        waiting = ", ".join(str(r) for r in ahead) or \
+            ", ".join(str(r) for r, s in shown.items() if s.in_collective)
         waits = f"rank(s) {waiting} wait in torch.distributed; " if waiting else ""
         if stuck:
             rank = max(stuck, key=silent_first)
-            where = shown[rank].where or "code outside torch.distributed"
+            where = (shown[rank].where if rank in shown else "") or \
+                "code outside torch.distributed"
             if self.progress is not None:
                 self.progress.tell_hung(f"{rank}\t{self.plan.node_rank}\t{where}")
                 if self.plan.nnodes > 1:
@@ -211,6 +218,7 @@ def run(plan: LaunchPlan, module: str | None, rest: list[str], *, prefix_lines: 
         raise
     workers: list[W.Worker] = []
     hang = _Stopper(plan, output, workers)
+    hang.counts = work / "counts"
     barrier = ExitBarrier(plan, listener)
     watchdog = None
     previous = {sig: signal.signal(sig, _raise) for sig in FORWARDED}
