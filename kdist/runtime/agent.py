@@ -131,10 +131,16 @@ class _Stopper:
         found = stacks.dump(pids, self.output.tail)
         shown = {w.rank: s for w, s in zip(self.workers, found, strict=False) if s is not None}
         # Counts of collectives started tell what frames cannot (DDP's all-reduce inside
-        # backward): the ranks behind never reached the collective the others wait in.
-        late, ahead = stacks.behind({w.rank: stacks.collectives(self.counts / str(w.local_rank))
-                                     for w in self.workers})
-        stuck = late or [r for r, s in shown.items() if not s.in_collective]
+        # backward): the ranks behind, on any node, never reached the collective the
+        # others wait in.
+        counts = {w.rank: stacks.collectives(self.counts / str(w.local_rank))
+                  for w in self.workers}
+        if self.progress is not None and self.plan.nnodes > 1:
+            self.progress.tell_counts(counts)
+            counts = {**self.progress.counts_everywhere(HUNG_TELL_S), **counts}
+        late, ahead = stacks.behind(counts)
+        stuck = [r for r in late if r in quiet] if late else \
+            [r for r, s in shown.items() if not s.in_collective]
         waiting = ", ".join(str(r) for r in ahead) or \
             ", ".join(str(r) for r, s in shown.items() if s.in_collective)
         waits = f"rank(s) {waiting} wait in torch.distributed; " if waiting else ""
@@ -158,6 +164,10 @@ class _Stopper:
             if rank_s.isdigit() and node_s.isdigit():
                 return int(rank_s), int(node_s), (
                     f"rank {rank_s} stopped at {where} (node {node_s}'s stacks); {waits}")
+        if late:  # another node's rank, whose node did not say where it stopped
+            rank = min(late)
+            return rank, rank // len(self.plan.global_ranks), (
+                f"rank {rank} never reached the collective the others wait in; {waits}")
         # No stack tells: this node's longest silent rank (which one caused it, no
         # output can tell).
         return max(quiet, key=silent_first), self.plan.node_rank, waits

@@ -80,13 +80,13 @@ def test_the_rank_named_is_the_one_that_hung_not_the_one_waiting(tmp_path, nodes
     assert_finished_after_one_restart(run, code, nodes)
 
 
-@pytest.mark.parametrize(("nodes", "procs"), [(1, 2)])
+@pytest.mark.parametrize(("nodes", "procs"), [(2, 1), (1, 2)])
 def test_the_rank_named_is_the_one_that_hung_not_the_one_waiting_in_ddps_backward(
         tmp_path, nodes, procs):
     """Rank 0 waits in the all-reduce DDP's reducer starts from C++ inside backward(): its
     Python stack shows only the script's backward() line, as rank 1's shows its sleep, and
     rank 1 printed last. Their counts of collectives started tell them apart: rank 0
-    started one more, the one rank 1 never reached."""
+    started one more, the one rank 1 never reached (the nodes tell each other theirs)."""
     job = write_job(tmp_path, "hang-ddp", nodes=nodes, procsPerNode=procs, distributed={
         "progressTimeoutSeconds": 6, "collectiveTimeoutSeconds": 300, "maxRestarts": 1})
     with KdistRun(job, tmp_path) as run:
