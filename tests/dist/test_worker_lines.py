@@ -151,7 +151,25 @@ def test_a_worker_cannot_write_into_its_sealed_launchers_stream():
     assert got["sealed"].startswith("refused 13"), got  # EACCES
 
 
-def test_the_launcher_seals_itself_first_thing():
-    import kdist.launch as L
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc: Linux only")
+def test_kdists_launcher_is_sealed_from_its_workers():
+    """The launcher itself (``python -m kdist.launch``): its worker tries the way in."""
+    from disttools import node_env
 
-    assert "seal()" in Path(L.__file__).read_text().split("def main", 1)[1].split("\n", 3)[2]
+    from kdist.local import local_env
+
+    def as_a_pods_user() -> None:  # root with CAP_SYS_PTRACE opens anything: drop it
+        import ctypes
+
+        if os.geteuid() == 0 and ctypes.CDLL(None).prctl(24, 19, 0, 0, 0) != 0:
+            os._exit(99)
+
+    env = local_env(node_env(1, 1, 0, free_port()))
+    r = subprocess.run([sys.executable, "-m", "kdist.launch", "--", sys.executable, "-c",
+                        SEAL_CHILD.replace("/fd/1", "/fd/2")], env=env, capture_output=True,
+                       text=True, timeout=120, preexec_fn=as_a_pods_user)
+    if r.returncode == 99:
+        pytest.skip("root here, and CAP_SYS_PTRACE cannot be dropped")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "[rank 0] refused 13" in r.stdout.splitlines(), r.stdout + r.stderr
+    assert "forged" not in r.stdout + r.stderr
