@@ -60,16 +60,17 @@ class Said:
 
 
 def say(message: str) -> None:
-    # One write, newline included: unbuffered, print() writes the text and its end apart,
-    # and the relay's lines (stdout, the same pipe in a local run) could land between.
-    # Between whole lines of the workers' output, never inside one (output.break_lines),
-    # and one line: a worker's words it quotes (an error file's message) start none.
+    # One write, newline included: unbuffered, print() writes the text and its end apart.
+    # One line (a worker's words it quotes, an error file's message, start none), on the
+    # stream the workers' lines go out on, between two of them (output.break_lines): on
+    # stderr it could land between the pieces a container runtime cuts a long line into,
+    # whose rest would then start a line of the log.
     Said.last = message
     line = message.replace("\r", " ").replace("\n", " ")
     with EMITTING:
         break_lines()
-        sys.stderr.write(f"kdist.launch: {line}\n")
-        sys.stderr.flush()
+        sys.stdout.write(f"kdist.launch: {line}\n")
+        sys.stdout.flush()
 
 
 def _is_json_event(line: str) -> bool:

@@ -130,15 +130,15 @@ def test_the_launchers_line_never_lands_inside_a_workers_long_line(pod_output, c
         time.sleep(0.01)
     agent.say("a line of the launcher's own")
     assert out.wait_for(1) == [b"x" * (O.MAX_LINE + 10)]  # ended before the launcher spoke
-    assert capsys.readouterr().err == "kdist.launch: a line of the launcher's own\n"
+    assert capsys.readouterr().out == "kdist.launch: a line of the launcher's own\n"
     os.write(w, RESTART.encode() + b"\n")  # the rest of the worker's line
     assert out.wait_for(2)[1] == b"[rank 3] " + RESTART.encode()
 
 
 def test_a_launcher_line_quoting_a_workers_words_is_one_line(capsys):
     agent.say("worker rank 1 failed: boom\n" + RESTART + "\r" + RESTART)
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("kdist.launch: worker rank 1 failed")
+    said = capsys.readouterr().out
+    assert said.count("\n") == 1 and said.startswith("kdist.launch: worker rank 1 failed")
 
 
 def test_a_line_no_reader_can_parse_is_skipped_not_raised():
@@ -168,4 +168,4 @@ def test_a_worker_writing_while_the_launcher_speaks_loses_nothing(pod_output, ca
         stop.set()
         speaker.join()
     assert lines == [b"line %d" % i for i in range(200)]
-    assert set(capsys.readouterr().err.splitlines()) == {"kdist.launch: tick"}
+    assert set(capsys.readouterr().out.splitlines()) == {"kdist.launch: tick"}
