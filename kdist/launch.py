@@ -78,6 +78,7 @@ from kdist.runtime import rendezvous, restarts, torchcheck
 from kdist.runtime.agent import Said, run, say
 from kdist.runtime.failures import cause as _cause
 from kdist.runtime.failures import pick_failure
+from kdist.runtime.output import seal
 from kdist.runtime.plan import LaunchPlan, resolve_env, wait_for_master
 from kdist.runtime.worker_exec import command as _entrypoint
 from kdist.shared import env as E
@@ -134,6 +135,7 @@ def _stop_on(sig: int, frame: object) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     started = time.monotonic()
+    seal()  # no worker writes into this container's stream but through it (output.seal)
     module, rest = parse_argv(sys.argv[1:] if argv is None else argv)
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _stop_on)

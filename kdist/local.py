@@ -226,7 +226,10 @@ def _pump(proc: subprocess.Popen[bytes], node: int, out: IO[str], lock: threadin
     for raw in iter(lambda: proc.stdout.readline(1 << 16), b""):  # type: ignore[union-attr]
         if at_start:
             if ledger is not None:
-                ledger.line(node, raw.decode("utf-8", errors="replace").rstrip("\r\n"))
+                try:
+                    ledger.line(node, raw.decode("utf-8", errors="replace").rstrip("\r\n"))
+                except Exception:  # noqa: BLE001 (a line it cannot read must not stop the pipe)
+                    pass
             lock.acquire()
             if not raw.startswith(b"[rank "):
                 raw = b"[node %d] " % node + raw
@@ -236,6 +239,8 @@ def _pump(proc: subprocess.Popen[bytes], node: int, out: IO[str], lock: threadin
                 _emit(out, binary, raw)
         except (OSError, ValueError):  # a closed pipe or file: keep the job running
             writable = False
+        except Exception:  # noqa: BLE001 (a reader of the lines that failed on one: go on)
+            pass
         finally:
             if at_start:
                 lock.release()

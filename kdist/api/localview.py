@@ -98,7 +98,10 @@ class LocalView:
     def _line(self, line: str) -> None:
         node, body = self._node_of(line)
         if node is not None:
-            self.tracker.log_line(f"node-{node}", body)
+            # A launcher's own line (`[node N] kdist.launch: ...`) is read as its pod's log
+            # would show it; a worker's keeps its `[rank N] `, so that nothing it prints
+            # reads as the launcher's (kdist.shared.records.launcher_said).
+            self.tracker.log_line(f"node-{node}", line if line.startswith("[rank ") else body)
         say = getattr(self.observer, "message", None)  # the whole line, prefix and all
         if say is not None:
             say(line)

@@ -87,7 +87,7 @@ def read_metrics(conn: Connection, name: str) -> dict[int, list[Step]]:
             attempt[rank] = restart
             for raw in _log(cluster, ns, view.name, previous):
                 stamp, _, text = raw.partition(" ")
-                again = in_process_restart(text) if "kdist.launch: " in text else None
+                again = in_process_restart(text)  # the launcher's own line only
                 if again is not None:  # its launcher restarted the workers in process
                     restart = attempt[rank] = max(restart + 1, again.number)
                     continue

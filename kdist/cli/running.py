@@ -29,8 +29,11 @@ from kdist.shared.exitcodes import severity
 
 _RANK0 = "[rank 0] "
 MAX_LINE = 64 * 1024  # a step line is short; longer lines are not read for steps
-# The launcher's line naming a node's failed worker (kdist.runtime.agent._failed).
-_FAILED = re.compile(r"kdist\.launch: worker rank (\d+) \([^)]*\) (.+); exiting (\d+): ")
+# The launcher's line naming a node's failed worker (kdist.runtime.agent._failed), as the
+# local runner passes a launcher's own lines on: `[node N] ` and its words, nothing between
+# (a worker's line is `[rank N] ...`, whatever it prints: kdist.shared.records).
+_FAILED = re.compile(r"\[node \d+\] kdist\.launch: worker rank (\d+) \([^)]*\) (.+); "
+                     r"exiting (\d+): ")
 
 
 class RunSummary:
@@ -58,7 +61,7 @@ class RunSummary:
         self.checkpoints = str(path) if rel.startswith("..") else rel
 
     def feed(self, line: str) -> None:
-        if "kdist.launch: worker rank " in line:
+        if line.startswith("[node "):
             self._failed(line)
         if not line.startswith(_RANK0) or '{"event"' not in line:
             return
@@ -83,7 +86,7 @@ class RunSummary:
         self.done = self.done or record["event"] == "done"
 
     def _failed(self, line: str) -> None:
-        m = _FAILED.search(line)
+        m = _FAILED.match(line)
         if m is None:
             return
         rank, how, code = m.groups()

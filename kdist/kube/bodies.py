@@ -122,10 +122,12 @@ def lines(chunks: Iterable[bytes], max_line: int, where: str, *,
 
 
 def text_lines(chunks: Iterable[bytes], max_line: int, what: str) -> Iterator[str]:
-    """A log's lines as text (split as str.splitlines does), one at a time as they
-    arrive, never more than one held: lines longer than `max_line` are cut."""
+    """A log's lines as text, one at a time as they arrive, never more than one held:
+    split at each ``\\n`` alone, as the kubelet counts them, less a ``\\r`` that ends one
+    (no other character ends a line, so that nothing a worker prints mid-line starts
+    one, kdist.shared.records); lines longer than `max_line` are cut."""
     for raw in lines(chunks, max_line, what, cut=True):
-        yield from raw.decode("utf-8", "replace").splitlines() or [""]
+        yield raw.decode("utf-8", "replace").removesuffix("\r")
 
 
 def last_lines(chunks: Iterable[bytes], tail: int | None, cap: int, max_line: int,

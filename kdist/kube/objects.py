@@ -199,10 +199,14 @@ def last_words(message: str, limit: int = 300) -> str:
     """The line of a termination message that says why: kdist's own, else the last one.
 
     With ``FallbackToLogsOnError`` the message is the log's tail; the launcher
-    ends it with one ``kdist.launch: ...`` line naming the failed worker.
+    ends it with one ``kdist.launch: ...`` line naming the failed worker. Lines are
+    split at ``\\n`` alone and kdist's own start with its words, nothing before them
+    (a worker's line never does: ``kdist.shared.records.launcher_said``).
     """
-    lines = [" ".join(line.split()) for line in message.splitlines() if line.strip()]
-    ours = [line for line in lines if line.startswith(("kdist.launch:", "kdist:"))]
+    raw = [line.removesuffix("\r") for line in message.split("\n") if line.strip()]
+    lines = [" ".join(line.split()) for line in raw]
+    ours = [tidy for line, tidy in zip(raw, lines, strict=True)
+            if line.startswith(("kdist.launch:", "kdist:"))]
     pick = (ours or lines or [""])[-1]
     return pick if len(pick) <= limit else pick[: limit - 3] + "..."
 

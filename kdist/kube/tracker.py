@@ -380,13 +380,13 @@ class Tracker:
         return self._pods[uid].rank if uid in self._pods else None
 
     def log_line(self, pod_name: str, line: str, live: bool = True) -> None:
-        """One line of a pod's log: JSON step/done records update that rank; a launcher's
-        restart of its workers in process is a gang restart (in the ledger when the line
-        is `live`, seen as it was written: a log read back later says nothing of when)."""
+        """One line of a pod's log: JSON step/done records update that rank; the launcher's
+        own line (``records.launcher_said``) of a restart in process is a gang restart (in
+        the ledger when `live`, seen as written: a log read back says nothing of when)."""
         rank = self.rank_of_pod(pod_name)
         if rank is None:
             return
-        if "kdist.launch: restarting " in line:
+        if line.startswith("kdist.launch: restarting "):
             self._in_process(rank, pod_name, line, live)
             return
         record = parse_record(line)

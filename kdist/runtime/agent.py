@@ -36,7 +36,7 @@ from typing import Any
 from kdist.runtime import failures as F
 from kdist.runtime import stacks, worker_exec
 from kdist.runtime import workers as W
-from kdist.runtime.output import Output
+from kdist.runtime.output import EMITTING, Output, break_lines
 from kdist.runtime.plan import LaunchPlan
 from kdist.runtime.rendezvous import ExitBarrier
 from kdist.runtime.watchdog import JobProgress, Watchdog
@@ -60,11 +60,17 @@ class Said:
 
 
 def say(message: str) -> None:
-    # One write, newline included: unbuffered, print() writes the text and its end apart,
-    # and the relay's lines (stdout, the same pipe in a local run) could land between.
+    # One write, newline included: unbuffered, print() writes the text and its end apart.
+    # One line (a worker's words it quotes, an error file's message, start none), on the
+    # stream the workers' lines go out on, between two of them (output.break_lines): on
+    # stderr it could land between the pieces a container runtime cuts a long line into,
+    # whose rest would then start a line of the log.
     Said.last = message
-    sys.stderr.write(f"kdist.launch: {message}\n")
-    sys.stderr.flush()
+    line = message.replace("\r", " ").replace("\n", " ")
+    with EMITTING:
+        break_lines()
+        sys.stdout.write(f"kdist.launch: {line}\n")
+        sys.stdout.flush()
 
 
 def _is_json_event(line: str) -> bool:
@@ -86,6 +92,7 @@ class _Stopper:
 
     def __init__(self, plan: LaunchPlan, output: Output, workers: list[W.Worker]) -> None:
         self.plan, self.output, self.workers = plan, output, workers
+        self.counts = Path(os.devnull)  # the workers' counts of collectives (workers.start)
         self.progress: JobProgress | None = None  # several nodes: tells them what hung
         self.detail = ""
         self.lock = threading.Lock()
@@ -124,12 +131,24 @@ class _Stopper:
         pids = [w.pid if w.poll() is None else 0 for w in self.workers]
         found = stacks.dump(pids, self.output.tail)
         shown = {w.rank: s for w, s in zip(self.workers, found, strict=False) if s is not None}
-        stuck = [r for r, s in shown.items() if not s.in_collective]
-        waiting = ", ".join(str(r) for r, s in shown.items() if s.in_collective)
+        # Counts of collectives started tell what frames cannot (DDP's all-reduce inside
+        # backward): the ranks behind, on any node, never reached the collective the
+        # others wait in.
+        counts = {w.rank: stacks.collectives(self.counts / str(w.local_rank))
+                  for w in self.workers}
+        if self.progress is not None and self.plan.nnodes > 1:
+            self.progress.tell_counts(counts)
+            counts = {**self.progress.counts_everywhere(HUNG_TELL_S), **counts}
+        late, ahead = stacks.behind(counts)
+        stuck = [r for r in late if r in quiet] if late else \
+            [r for r, s in shown.items() if not s.in_collective]
+        waiting = ", ".join(str(r) for r in ahead) or \
+            ", ".join(str(r) for r, s in shown.items() if s.in_collective)
         waits = f"rank(s) {waiting} wait in torch.distributed; " if waiting else ""
         if stuck:
             rank = max(stuck, key=silent_first)
-            where = shown[rank].where or "code outside torch.distributed"
+            where = (shown[rank].where if rank in shown else "") or \
+                "code outside torch.distributed"
             if self.progress is not None:
                 self.progress.tell_hung(f"{rank}\t{self.plan.node_rank}\t{where}")
                 if self.plan.nnodes > 1:
@@ -146,6 +165,10 @@ class _Stopper:
             if rank_s.isdigit() and node_s.isdigit():
                 return int(rank_s), int(node_s), (
                     f"rank {rank_s} stopped at {where} (node {node_s}'s stacks); {waits}")
+        if late:  # another node's rank, whose node did not say where it stopped
+            rank = min(late)
+            return rank, rank // len(self.plan.global_ranks), (
+                f"rank {rank} never reached the collective the others wait in; {waits}")
         # No stack tells: this node's longest silent rank (which one caused it, no
         # output can tell).
         return max(quiet, key=silent_first), self.plan.node_rank, waits
@@ -207,6 +230,7 @@ def run(plan: LaunchPlan, module: str | None, rest: list[str], *, prefix_lines: 
         raise
     workers: list[W.Worker] = []
     hang = _Stopper(plan, output, workers)
+    hang.counts = work / "counts"
     barrier = ExitBarrier(plan, listener)
     watchdog = None
     previous = {sig: signal.signal(sig, _raise) for sig in FORWARDED}

@@ -17,7 +17,13 @@ to its own stdout (the pod's log; ``kdist run --local`` prefixes them with
   instead of one line per redraw; any other ``\\r`` within a line is passed on;
 - the launcher keeps each rank's last output (to tell a lost peer from a code
   error) and counts its progress (``kdist.runtime.watchdog``);
-- nothing grows on disk: a pipe, not a log file, however long the job runs.
+- nothing grows on disk: a pipe, not a log file, however long the job runs;
+- no worker line reads as the launcher's own (``kdist.shared.records.launcher_said``):
+  the launcher writes every line of its container's stream, a worker line that
+  would start with the launcher's words gets its ``[rank N] `` before them, and
+  the launcher's own lines (``agent.say``) go out between whole lines
+  (``break_lines``), never inside a worker's long line, whose rest would start one;
+  ``seal`` keeps the launcher's output out of its workers' reach (``/proc/PID/fd``).
 
 A pipe (FIFO) opened read-write by the launcher never reports end-of-file, so
 workers may open and close it at will; the launcher stops reading when the
@@ -44,14 +50,47 @@ MAX_LINE = 64 * 1024
 # A rank that stops writing for this long in the middle of such a line gets a line
 # end, so that the other ranks' lines (waiting meanwhile) are not held up by it.
 STREAM_STALL_S = 1.0
+# How the launcher's own lines start (kdist.shared.records.LAUNCHER, less its space).
+LAUNCHER_WORDS = b"kdist.launch"
+# Held while anything goes out to the container's stream (a worker's output, the launcher's
+# own lines), so that the launcher's lines never land inside a worker's.
+EMITTING = threading.RLock()
+_LIVE: set[Output] = set()  # the Outputs following pipes now (one per run of the agent)
+
+
+def break_lines() -> None:
+    """End a worker's long line being passed on (the launcher is about to say a line of
+    its own): its rest comes as a new line, read as any other (``Output._lead``)."""
+    with EMITTING:
+        for output in list(_LIVE):
+            if output._streaming is not None:
+                output._emit(b"\n")
+                output._streaming = None
+
+
+def seal() -> None:
+    """Make this process (the launcher) undumpable: its workers, the same user, can then
+    no longer open its stdout and stderr through ``/proc/PID/fd`` (nor read its memory or
+    environment) and write lines there that its own pipes never saw. Its workers are
+    dumpable again (execve resets it). Linux only; elsewhere nothing is done."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
+    except (OSError, AttributeError):
+        pass
 
 
 class _Rank:
     """One local rank's pipe: the unfinished line, its tail, its progress count."""
 
-    def __init__(self, fd: int, prefix: str) -> None:
+    def __init__(self, fd: int, prefix: str, rank: int) -> None:
         self.fd = fd
         self.prefix = prefix
+        self.quote = prefix or f"[rank {rank}] "  # before a line that mimics the launcher's
         self.pending = bytearray()
         self.tail = bytearray()
         self.shown = b""  # the redraw of the pending line printed last (no repeats)
@@ -104,7 +143,7 @@ class Output:
                 os.mkfifo(path, 0o600)
                 # Read-write: never blocks, never sees end-of-file (see the module docstring).
                 fd = os.open(path, os.O_RDWR | os.O_NONBLOCK)
-                self.ranks.append(_Rank(fd, f"[rank {rank}] " if prefix else ""))
+                self.ranks.append(_Rank(fd, f"[rank {rank}] " if prefix else "", rank))
         except BaseException:  # out of fds: close what is open, leave no pipe behind
             for r in self.ranks:
                 os.close(r.fd)
@@ -118,6 +157,8 @@ class Output:
         return self.directory / str(local_rank)
 
     def start(self) -> Output:
+        with EMITTING:
+            _LIVE.add(self)
         self._thread.start()
         return self
 
@@ -138,14 +179,16 @@ class Output:
         """Print what is left (read until the pipes stay empty), then close everything."""
         self._stop.set()
         self._thread.join(timeout=10)
-        if self._streaming is not None:
-            self._emit(b"\n")
-            self._streaming = None
-        for r in self.ranks:
-            if r.pending:
-                self._line(r, bytes(r.pending))
-                r.pending.clear()
-            os.close(r.fd)
+        with EMITTING:
+            _LIVE.discard(self)
+            if self._streaming is not None:
+                self._emit(b"\n")
+                self._streaming = None
+            for r in self.ranks:
+                if r.pending:
+                    self._line(r, bytes(r.pending))
+                    r.pending.clear()
+                os.close(r.fd)
         shutil.rmtree(self.directory, ignore_errors=True)
 
     def _follow(self) -> None:
@@ -161,23 +204,35 @@ class Output:
                 alone.register(streaming.fd, select.POLLIN)
                 ready = alone.poll(100)
                 if ready:
-                    self._read(streaming)
+                    self._take(streaming)
                 elif self.clock() - (streaming.active_at or 0.0) >= STREAM_STALL_S:
-                    self._emit(b"\n")  # it went quiet mid-line: let the others through
-                    self._streaming = None
+                    with EMITTING:
+                        if self._streaming is streaming:  # not ended by the launcher's line
+                            self._emit(b"\n")  # it went quiet mid-line: let the others through
+                            self._streaming = None
             else:
                 ready = poller.poll(100)
                 for fd, _ in ready:
-                    self._read(by_fd[fd])
+                    self._take(by_fd[fd])
                     if self._streaming is not None:
                         break
-            self._redraw()
+            with EMITTING:
+                self._redraw()
             if self._stop.is_set():
                 # The workers are gone: drain what they left (a child of theirs that
                 # goes on writing gets 5 s).
                 quiet, rounds = (0 if ready else quiet + 1), rounds + 1
                 if quiet >= 2 or rounds >= 50:
                     return
+
+    def _take(self, r: _Rank) -> None:
+        """Read what `r` wrote and pass it on; nothing a worker writes stops the reading
+        (a rank blocked on a full pipe would hang the node)."""
+        with EMITTING:
+            try:
+                self._read(r)
+            except Exception:  # noqa: BLE001 (what was read is dropped, never the pipe)
+                r.pending.clear()
 
     def _read(self, r: _Rank) -> None:
         try:
@@ -218,7 +273,7 @@ class Output:
             del r.pending[:last]
             if len(r.pending) <= MAX_LINE:
                 return
-        self._emit(r.prefix.encode() + bytes(r.pending))
+        self._emit(self._lead(r, r.pending) + bytes(r.pending))
         r.pending.clear()
         self._streaming = r
 
@@ -230,7 +285,14 @@ class Output:
         if self.is_progress is not None and \
                 self.is_progress(text.decode("utf-8", errors="replace")):
             r.progress += 1
-        self._emit(r.prefix.encode() + text + b"\n")
+        self._emit(self._lead(r, text) + text + b"\n")
+
+    @staticmethod
+    def _lead(r: _Rank, text: bytes | bytearray) -> bytes:
+        """What goes before a worker's line: its prefix, if lines get one; else nothing,
+        unless the line starts as the launcher's own do (then its rank, so that it
+        does not read as one: kdist.shared.records.launcher_said)."""
+        return (r.quote if text.startswith(LAUNCHER_WORDS) else r.prefix).encode()
 
     def _redraw(self) -> None:
         """Print the latest state of each rank's unfinished, redrawn line, now and then."""
@@ -241,7 +303,7 @@ class Output:
                 continue
             latest = shown(bytes(r.pending))
             if latest and latest != r.shown:
-                self._emit(r.prefix.encode() + latest + b"\n")
+                self._emit(self._lead(r, latest) + latest + b"\n")
                 r.shown, r.redrawn_at = latest, now
 
     def _emit(self, data: bytes) -> None:

@@ -11,6 +11,12 @@ waits inside ``torch/distributed/`` waits for a peer; one whose main thread is
 elsewhere is the one that hung. Its other threads do not count either way: a
 DataLoader's queue feeders idle outside torch.distributed in every rank, and a
 background thread may sit in a store call while the main thread is stuck.
+
+Frames do not tell everything: DDP starts its all-reduce from C++ inside
+``loss.backward()``, so a rank waiting in it shows only the script's
+``backward()`` line, as a rank that hung computing would. Each rank's count of
+collectives started (``collectives``, kept by the sitehook) does: the ranks that
+started fewer than the others never reached the collective the others wait in.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import signal
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 DUMP_SIGNAL = signal.SIGRTMIN + 5  # sitecustomize.DUMP_SIGNAL_OFFSET
 _HEADER = re.compile(r"^(?:Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\):$")
@@ -40,6 +47,26 @@ class Stacks:
 
     in_collective: bool  # the main thread's innermost frame is in torch.distributed
     where: str  # the main thread's innermost frame outside torch: "hang.py:31 in <module>"
+
+
+def collectives(path: Path) -> int | None:
+    """A rank's count of collectives started, as its sitehook keeps it; None: none yet
+    (no process group, or a torch without sequence numbers)."""
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def behind(counts: dict[int, int | None]) -> tuple[list[int], list[int]]:
+    """(the ranks that started fewer collectives than the most any started, those that
+    started the most): empty when fewer than two ranks counted, or all alike."""
+    counted = {r: n for r, n in counts.items() if n is not None}
+    if len(counted) < 2 or len(set(counted.values())) == 1:
+        return [], []
+    most = max(counted.values())
+    return ([r for r, n in counted.items() if n < most],
+            [r for r, n in counted.items() if n == most])
 
 
 def handles(pid: int, sig: int = DUMP_SIGNAL) -> bool:

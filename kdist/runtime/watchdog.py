@@ -41,6 +41,8 @@ from kdist.runtime.store import StoreClient
 TICK_S = 1.0
 STORE_KEY = "kdist-watchdog/progress"
 HUNG_KEY = "kdist-watchdog/hung"  # "rank<TAB>node<TAB>where" of the rank a node found hung
+# + a node rank: that node's ranks' counts of collectives started, "rank=count" lines
+COUNTS_KEY = "kdist-watchdog/collectives/"
 #: the restart count a launcher gathers the gang for, restarting in process
 #: (``kdist.runtime.rendezvous``): above this attempt's, the gang is restarting
 RESTART_KEY = "kdist/restart"
@@ -96,6 +98,34 @@ class JobProgress:
             except Exception:  # the store is gone: each node names what it saw
                 pass
 
+    def tell_counts(self, counts: dict[int, int | None]) -> None:
+        """Tell the other nodes this node's ranks' counts of collectives started
+        (``kdist.runtime.stacks.collectives``)."""
+        if self.plan.nnodes > 1:
+            text = "\n".join(f"{r}={n}" for r, n in counts.items() if n is not None)
+            try:
+                self._client().set(COUNTS_KEY + str(self.plan.node_rank), text.encode())
+            except Exception:  # the store is gone: each node compares its own
+                pass
+
+    def counts_everywhere(self, wait_s: float) -> dict[int, int]:
+        """Every node's counts (``tell_counts``), as far as told within ``wait_s``."""
+        keys = [COUNTS_KEY + str(n) for n in range(self.plan.nnodes)]
+        if len(keys) == 1:
+            return {}
+        deadline = self.clock() + wait_s
+        counts: dict[int, int] = {}
+        try:
+            store = self._client()
+            while not store.check(keys) and self.clock() < deadline:
+                time.sleep(0.1)
+            for key in keys:
+                if store.check([key]):
+                    counts.update(_counts(bytes(store.get(key))))
+        except Exception:
+            pass
+        return counts
+
     def hung_elsewhere(self, wait_s: float) -> str | None:
         """What another node said hung, if one says so within ``wait_s``."""
         if self.plan.nnodes == 1:
@@ -148,6 +178,16 @@ class JobProgress:
         if asked.isdigit() and int(asked) > (self.plan.restart_count or 0):
             raise RestartAsked(f"the gang is restarting (restart {int(asked)}): another "
                                "node's workers failed")
+
+
+def _counts(text: bytes) -> dict[int, int]:
+    """``rank=count`` lines (``JobProgress.tell_counts``); anything else is skipped."""
+    counts = {}
+    for line in text[:65536].decode("ascii", errors="replace").splitlines():
+        rank, _, count = line.partition("=")
+        if rank.isdecimal() and count.isdecimal() and len(rank) + len(count) < 40:
+            counts[int(rank)] = int(count)
+    return counts
 
 
 class Watchdog:

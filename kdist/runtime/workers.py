@@ -28,6 +28,7 @@ from typing import Any
 
 from kdist.runtime import worker_exec
 from kdist.runtime.plan import LaunchPlan
+from kdist.shared import env as E
 from kdist.shared import jsonread, processes
 
 ROLE = "trainer"
@@ -132,13 +133,15 @@ def start(plan: LaunchPlan, argv: Sequence[str], environ: Mapping[str, str], wor
           pipe: Any, store_fd: int | None, *, into: list[Worker]) -> list[Worker]:
     """Start this node's workers into ``into`` (each as it starts: a signal may come
     between two); ``pipe(local_rank)`` is the path of each one's pipe."""
-    errors = work / "errors"
+    errors, counts = work / "errors", work / "counts"
     errors.mkdir(parents=True, exist_ok=True)
+    counts.mkdir(exist_ok=True)
     workers = into
     for local_rank, rank in enumerate(plan.global_ranks):
         w = Worker(local_rank, rank, errors / f"{local_rank}.json")
         workers.append(w)
         env = worker_env(plan, local_rank, environ, str(w.error_file))
+        env[E.COLLECTIVE_COUNTS] = str(counts / str(local_rank))  # stacks.collectives
         fds: tuple[int, ...] = ()
         if store_fd is not None and rank == 0:
             env[STORE_FD], fds = str(store_fd), (store_fd,)

@@ -51,6 +51,9 @@ RESTART_WORKERS = "KDIST_RESTART_WORKERS"
 #: Launcher -> worker wrapper: the directory of one pipe per local rank that the
 #: worker's stdout and stderr go to (kdist.runtime.output).
 OUTPUT_PIPES = "KDIST_OUTPUT_PIPES"
+#: Launcher -> worker hook: the file a worker keeps its count of collectives started in
+#: (its default group's sequence number), read at a hang (kdist.runtime.stacks.collectives).
+COLLECTIVE_COUNTS = "KDIST_COLLECTIVE_COUNTS"
 #: Fault drills: ``RANK:STEP`` makes that rank SIGKILL itself at that step.
 FAULT_KILL_AT = "KDIST_FAULT_KILL_AT"
 

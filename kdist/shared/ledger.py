@@ -24,6 +24,7 @@ from datetime import datetime, timezone
 from typing import Any, NamedTuple
 
 from kdist.shared import exitcodes
+from kdist.shared.records import launcher_said
 from kdist.shared.records import parse_time as epoch
 
 #: The annotation the ledger is kept in (JSON, bounded by MAX_ENTRIES); read back by
@@ -55,9 +56,10 @@ def in_process_line(number: int, of: int, cause: str, exit_code: int) -> str:
 
 
 def in_process_restart(line: str) -> InProcess | None:
-    """The restart a launcher line (`kdist.launch: restarting ...`, any prefix) says."""
-    at = line.find("kdist.launch: restarting this node's workers (")
-    m = IN_PROCESS.match(line, at + len("kdist.launch: ")) if at >= 0 else None
+    """The restart a launcher's own line (`kdist.launch: restarting ...` at the line's
+    start, ``records.launcher_said``) says; a line with anything before it is a worker's."""
+    said = launcher_said(line)
+    m = IN_PROCESS.match(said) if said is not None else None
     if m is None:
         return None
     number, of, cause, code = m.groups()

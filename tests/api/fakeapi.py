@@ -390,7 +390,9 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._json(400, status_body(400, "BadRequest", "previous terminated "
                                                    "container not found"))
             pod += PREVIOUS
-        lines = api.store.logs.get((ns, pod), "").splitlines()
+        # Lines end at "\n" alone, as the kubelet's do (a "\r" or "\x0b" is within a line).
+        lines = api.store.logs.get((ns, pod), "").split("\n")
+        lines = lines[:-1] if lines[-1] == "" else lines
         if query.get("timestamps") == "true":
             lines = [f"{STAMP.format(i + 1)} {line}" for i, line in enumerate(lines)]
         if "tailLines" in query:

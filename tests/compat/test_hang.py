@@ -78,3 +78,26 @@ def test_the_rank_named_is_the_one_that_hung_not_the_one_waiting(tmp_path, nodes
         assert any(line.text.startswith(f"[rank {rank}] ") and "most recent call first" in
                    line.text for line in run.lines), run.text
     assert_finished_after_one_restart(run, code, nodes)
+
+
+@pytest.mark.parametrize(("nodes", "procs"), [(2, 1), (1, 2)])
+def test_the_rank_named_is_the_one_that_hung_not_the_one_waiting_in_ddps_backward(
+        tmp_path, nodes, procs):
+    """Rank 0 waits in the all-reduce DDP's reducer starts from C++ inside backward(): its
+    Python stack shows only the script's backward() line, as rank 1's shows its sleep, and
+    rank 1 printed last. Their counts of collectives started tell them apart: rank 0
+    started one more, the one rank 1 never reached (the nodes tell each other theirs)."""
+    job = write_job(tmp_path, "hang-ddp", nodes=nodes, procsPerNode=procs, distributed={
+        "progressTimeoutSeconds": 6, "collectiveTimeoutSeconds": 300, "maxRestarts": 1})
+    with KdistRun(job, tmp_path) as run:
+        run.wait_for(RESTART, timeout=90)
+        code = run.wait(timeout=90)
+    hung = run.matching(r"kdist\.launch: rank \d \(node \d\) hung: .*exiting 204")
+    assert len(hung) == nodes, run.text
+    node = 1 if nodes == 2 else 0
+    for line in hung:
+        assert f"rank 1 (node {node}) hung: no rank of the job made progress" in line.text, \
+            run.text
+        assert "rank 1 stopped at hang_ddp.py:" in line.text, line.text
+    assert any("rank(s) 0 wait in torch.distributed" in line.text for line in hung), run.text
+    assert_finished_after_one_restart(run, code, nodes)

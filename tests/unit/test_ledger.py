@@ -47,7 +47,11 @@ def test_the_in_process_line_reads_back_as_written():
     assert in_process_restart(line) == InProcess(
         2, 5, "worker rank 3 (node 1, local rank 1, pid 9) exited with code 1; oops (a.py:3)",
         203)
-    assert in_process_restart("[node 1] " + line) == in_process_restart(line)
+    # Only the launcher's own line, its words first: with anything before them (a rank's
+    # prefix, a logger's, a space) it is a worker's that quotes them.
+    for forged in ("[node 1] " + line, "[rank 0] " + line, " " + line, "x" + line,
+                   "INFO " + line.replace("restart 2 of 5", "restart 777 of 5")):
+        assert in_process_restart(forged) is None, forged
     for other in ("kdist.launch: worker rank 1 (...) was killed; exiting 137: killed",
                   line.replace(", in process", ""), line.rsplit("; exit", 1)[0],
                   "restarting this node's workers (restart 1 of 3, in process): x; exit 1"):

@@ -190,3 +190,20 @@ def test_the_whole_dump_is_read_before_a_rank_is_judged(tmp_path):
     finally:
         waiting.kill()
         waiting.wait()
+
+
+def test_the_ranks_behind_in_collectives_started_never_reached_the_one_the_others_wait_in(
+        tmp_path):
+    """DDP's all-reduce starts from C++ inside backward(): frames cannot tell its waiting
+    rank from a stuck one, the counts of collectives started can."""
+    from kdist.runtime.stacks import behind, collectives
+
+    (tmp_path / "0").write_text("12")
+    (tmp_path / "1").write_text("11\n")
+    (tmp_path / "2").write_text("not a count")
+    counts = {r: collectives(tmp_path / str(r)) for r in range(4)}
+    assert counts == {0: 12, 1: 11, 2: None, 3: None}
+    assert behind(counts) == ([1], [0])
+    assert behind({0: 5, 1: 5, 2: None}) == ([], [])  # alike: the frames decide
+    assert behind({0: 5, 1: None}) == ([], [])  # one count compares with nothing
+    assert behind({0: 7, 1: 6, 2: 7, 3: 5}) == ([1, 3], [0, 2])

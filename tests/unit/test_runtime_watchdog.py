@@ -210,3 +210,39 @@ def test_a_gang_restarting_in_process_stops_this_nodes_workers(monkeypatch):
                 progress.total()
         else:
             progress.total()  # its own restart's gathering: nothing to stop
+
+
+class KeyStore:
+    """A store of keys, as JobProgress's client speaks to it."""
+
+    def __init__(self) -> None:
+        self.keys: dict[str, bytes] = {}
+
+    def set(self, key: str, value: bytes) -> None:
+        self.keys[key] = value
+
+    def get(self, key: str) -> bytes:
+        return self.keys[key]
+
+    def check(self, keys) -> bool:
+        return all(k in self.keys for k in keys)
+
+
+def test_the_nodes_tell_each_other_their_ranks_counts_of_collectives(monkeypatch):
+    """At a hang every node tells its ranks' counts of collectives started, and reads the
+    others' (a rank behind on one node is the hung one for all: kdist.runtime.stacks)."""
+    from kdist.runtime.watchdog import COUNTS_KEY, JobProgress
+
+    store = KeyStore()
+    nodes = []
+    for node in (0, 1):
+        p = JobProgress(dataclasses.replace(plan(), nnodes=2, node_rank=node),
+                        None, clock=lambda: 0.0)  # type: ignore[arg-type]
+        monkeypatch.setattr(p, "_client", lambda: store)
+        nodes.append(p)
+    nodes[0].tell_counts({0: 12, 1: None})
+    assert nodes[1].counts_everywhere(0.0) == {0: 12}  # node 1 told nothing (yet)
+    nodes[1].tell_counts({2: 11, 3: 12})
+    assert nodes[0].counts_everywhere(0.0) == {0: 12, 2: 11, 3: 12}
+    store.set(COUNTS_KEY + "1", b"2=x\n=4\n3=12\n" + b"9" * 50 + b"=1")  # not a count: skipped
+    assert nodes[0].counts_everywhere(0.0) == {0: 12, 3: 12}

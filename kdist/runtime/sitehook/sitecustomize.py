@@ -22,7 +22,12 @@ serve it again.
 
 It also lets the launcher ask for every thread's Python stack at a hang
 (``kdist.runtime.stacks``): ``faulthandler`` prints them to stderr on
-``DUMP_SIGNAL``, a real-time signal nothing else uses.
+``DUMP_SIGNAL``, a real-time signal nothing else uses. And once
+``torch.distributed`` loads, a thread keeps the count of collectives this rank
+started (its default group's sequence number, which DDP's all-reduce from C++
+inside ``backward()`` counts too) in ``KDIST_COLLECTIVE_COUNTS``: at a hang a
+rank that waits in a collective has started one more than the rank that never
+reached it, whatever their Python frames show (``count_collectives``).
 
 And it ends a process group the script left alive when the worker exits
 (``end_group_at_exit``). Most scripts never call ``destroy_process_group``; then
@@ -64,6 +69,8 @@ RENDEZVOUS = "torch.distributed.rendezvous"
 HOOK_MODULE = "kdist_sitehook"  # this module's name in sys.modules once chain() ran
 PG_TIMEOUT = "KDIST_PG_TIMEOUT"  # kdist.shared.env.PG_TIMEOUT; this file imports nothing of kdist
 STORE_FD = "KDIST_STORE_FD"  # kdist.runtime.workers.STORE_FD
+COUNTS = "KDIST_COLLECTIVE_COUNTS"  # kdist.shared.env.COLLECTIVE_COUNTS
+COUNT_EVERY_S = 0.5  # well within the shortest progressTimeoutSeconds
 DUMP_SIGNAL_OFFSET = 5  # kdist.runtime.stacks.DUMP_SIGNAL = SIGRTMIN + 5
 DEFAULT_STORE_TIMEOUT_S = 300
 # At exit: how long destroying a leftover gloo group may take before the worker ends
@@ -186,8 +193,11 @@ def install(environ: Any = os.environ) -> None:
     seconds = (environ.get(PG_TIMEOUT) or "").strip()
     timeout = timedelta(seconds=int(seconds)) if seconds else None
     fd = (environ.pop(STORE_FD, None) or "").strip()
+    counts = environ.pop(COUNTS, None)  # this rank's, not a process it starts
 
     def after(module: Any) -> None:
+        if counts:
+            count_collectives(counts)
         if timeout is not None:
             patch(module, timeout)
         if fd:
@@ -198,7 +208,7 @@ def install(environ: Any = os.environ) -> None:
                       f"{type(e).__name__}: {e}", file=sys.stderr)
 
     hooks: dict[str, Any] = {}
-    if timeout is not None or fd:
+    if timeout is not None or fd or counts:
         hooks[TARGET] = after
     if environ.get("USE_LIBUV", "1") != "1":
         hooks[RENDEZVOUS] = clients_follow_use_libuv
@@ -209,6 +219,33 @@ def install(environ: Any = os.environ) -> None:
             hook(loaded)
     if hooks:
         sys.meta_path.insert(0, PgTimeoutFinder(hooks))
+
+
+def count_collectives(path: str) -> None:
+    """Keep this rank's count of collectives started in `path`, as it changes (see the
+    module's doc); a daemon thread, so it never holds the worker's exit."""
+    import threading
+    import time
+
+    def keep() -> None:
+        last = None
+        while True:
+            time.sleep(COUNT_EVERY_S)
+            dist = sys.modules.get("torch.distributed")
+            try:
+                if dist is None or not dist.is_initialized():
+                    continue
+                count = dist.distributed_c10d._get_default_group() \
+                    ._get_sequence_number_for_group()
+                if count != last:
+                    with open(path + ".new", "w") as f:
+                        f.write(str(count))
+                    os.replace(path + ".new", path)
+                    last = count
+            except Exception:  # a group gone, a torch without it: no count, stacks alone
+                continue
+
+    threading.Thread(target=keep, name="kdist-collectives", daemon=True).start()
 
 
 def dump_stacks_on_signal() -> None:
