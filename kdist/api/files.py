@@ -40,12 +40,14 @@ def load_file(file: str, namespace: str | None = None, backend: str | None = Non
     """
     from kdist.rendering import with_backend
     from kdist.spec import load_job
+    from kdist.spec.load import source_name
 
     if namespace is not None:
         from kdist.kube.config import check_namespace
 
         check_namespace(namespace, "-n/--namespace")
     job = with_backend(load_job(file), backend)
+    file = source_name(file)  # "-" is standard input
     if namespace and job.metadata.namespace and namespace != job.metadata.namespace:
         raise UsageError(
             f"{file}: metadata.namespace is {job.metadata.namespace!r} but -n says {namespace!r}"
@@ -164,9 +166,11 @@ def validate_file(file: str, *, warn: Warn | None = None) -> Validated:
     SpecError with every problem otherwise (those after the spec's own name the file).
     """
     from kdist.spec import load_job
+    from kdist.spec.load import source_name
 
     say = warn or _python_warning
     job = load_job(file)
+    file = source_name(file)  # "-" is standard input
     advise(file, job, say)
     try:
         code = pack_code(job, None, warn=say)  # a workdir that cannot be shipped is a problem
@@ -182,7 +186,9 @@ def validate_file(file: str, *, warn: Warn | None = None) -> Validated:
 
 
 def security_note(file: str, line: str | None, loud: bool) -> str | None:
-    return f"{'warning: ' if loud else ''}{file}: {line}" if line else None
+    from kdist.spec.load import source_name
+
+    return f"{'warning: ' if loud else ''}{source_name(file)}: {line}" if line else None
 
 
 def run_local(job: TrainingJob, *, code: Packed | None = None,

@@ -112,7 +112,8 @@ def _selector(ctx: click.Context, param: click.Parameter, value: str) -> str:
 def submit(opts: ClusterOptions, files: tuple[str, ...], wait: bool, follow: bool,
            dry_run: str | None, replace: bool, backend: str | None, timeout: float | None,
            workdir: str | None) -> None:
-    """Validate, render and create the job of each FILE, then watch to the end.
+    """Validate, render and create the job of each FILE ('-': standard input), then watch
+    to the end.
 
     The headless Service (indexed-job backend) is created owned by the Job, so
     deleting the Job removes everything. --dry-run=client prints the objects
@@ -125,6 +126,8 @@ def submit(opts: ClusterOptions, files: tuple[str, ...], wait: bool, follow: boo
     are deleted again and the error says what exists. --wait then follows them all
     with one watcher. Ctrl-C / SIGTERM while creating deletes what was created.
     """
+    if files.count("-") > 1:
+        raise UsageError("'-' (standard input) can be read once: give it one time")
     if len(files) > 1:
         _submit_many(opts, files, wait, follow, dry_run, replace, backend, timeout, workdir)
         return

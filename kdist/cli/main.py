@@ -110,7 +110,7 @@ def say_pod_security(file: str, objects: list[dict[str, Any]]) -> None:
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @cluster_options
 def validate(opts: ClusterOptions, files: tuple[str, ...]) -> None:
-    """Check job files; print every problem with its field path."""
+    """Check job files ('-': standard input); print every problem with its field path."""
     from kdist import api
     from kdist.shared.errors import SpecError
 
@@ -131,6 +131,7 @@ def validate(opts: ClusterOptions, files: tuple[str, ...]) -> None:
 @main.command(cls=Command, examples=[
     "kdist render job.yaml",
     "kdist render job.yaml -n team-a -o json",
+    "envsubst < job.yaml | kdist render -      # '-' reads the job from standard input",
     "kdist render job.yaml --backend pytorchjob | kubectl apply --dry-run=server -f -"])
 @job_file_argument
 @output_option
@@ -139,7 +140,7 @@ def validate(opts: ClusterOptions, files: tuple[str, ...]) -> None:
 @cluster_options
 def render(opts: ClusterOptions, file: str, output: str, backend: str | None,
            workdir: str | None) -> None:
-    """Print the Kubernetes objects for FILE (no cluster needed).
+    """Print the Kubernetes objects for FILE ('-': standard input; no cluster needed).
 
     With a workdir, its ConfigMaps come after the job, without owner references
     (`kdist delete` finds them by label).
