@@ -275,8 +275,9 @@ class Client:
 
     def list_jobs(self, *, all_namespaces: bool = False,
                   selector: str = "") -> list[JobSummary]:
-        """kdist's jobs of both backends in the namespace (or in all); with a label
-        `selector` (as kubectl's -l), only those it matches."""
+        """kdist's jobs of every backend (Indexed Jobs, JobSets, PyTorchJobs) in the
+        namespace (or in all); with a label `selector` (as kubectl's -l), only those it
+        matches."""
         from kdist.shared.selectors import SelectorProblem, check_selector
 
         checks.flag(all_namespaces, "all_namespaces")

@@ -79,6 +79,14 @@ class JobSummary:
     nodes: int | None
     phase: str
     age_s: float | None
+    kind: str = ""  # the job object's kind: Job, JobSet, PyTorchJob
+    created: str | None = None  # its creationTimestamp, as the cluster wrote it
+
+    def to_dict(self) -> dict[str, Any]:
+        """The row for `kdist list -o json|yaml` (camelCase, as `status -o json`)."""
+        return {"name": self.name, "namespace": self.namespace, "kind": self.kind,
+                "backend": self.backend, "nodes": self.nodes, "phase": self.phase,
+                "created": self.created, "ageSeconds": self.age_s}
 
 
 @dataclass(frozen=True)

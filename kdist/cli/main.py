@@ -131,7 +131,7 @@ def validate(opts: ClusterOptions, files: tuple[str, ...]) -> None:
 @main.command(cls=Command, examples=[
     "kdist render job.yaml",
     "kdist render job.yaml -n team-a -o json",
-    "envsubst < job.yaml | kdist render -      # '-' reads the job from standard input",
+    "kdist render - < job.yaml              # '-': the job from standard input",
     "kdist render job.yaml --backend pytorchjob | kubectl apply --dry-run=server -f -"])
 @job_file_argument
 @output_option
