@@ -40,13 +40,16 @@ from kdist.api.shortcuts import (
     client,
     delete,
     list_jobs,
+    load,
     logs,
     metrics,
     namespace,
+    plot,
     rank_logs,
     status,
     submit,
     train,
+    validate,
     wait,
     wait_many,
     watch_jobs,
@@ -67,10 +70,11 @@ from kdist.api.types import (
 )
 
 __all__ = [
-    "DELETE_TIMEOUT", "Client", "ClusterOptions", "Connection", "Deleted", "JobSummary",
-    "Observer", "Quiet", "RankLog", "Submission", "Validated", "check", "check_name", "client",
-    "connect", "delete", "follow", "list_jobs", "load_file", "logs", "metrics", "namespace",
-    "pack_code", "pod_security", "rank_logs", "reattach_hint", "render_objects",
+    "Client", "ClusterOptions", "Connection", "DELETE_TIMEOUT", "Deleted", "JobSummary", "Observer",
+    "Quiet", "RankLog", "Submission", "Validated", "check", "check_name", "client", "connect",
+    "delete", "follow", "list_jobs", "load", "load_file", "logs", "metrics", "namespace",
+    "pack_code", "plot", "pod_security", "rank_logs", "reattach_hint", "render_objects",
     "run_local", "security_note", "status", "submit", "target", "timeout_line", "to_json",
-    "to_yaml", "train", "validate_file", "wait", "wait_many", "watch_jobs", "with_namespace",
+    "to_yaml", "train", "validate", "validate_file", "wait", "wait_many", "watch_jobs",
+    "with_namespace",
 ]

@@ -44,8 +44,9 @@ def load_file(file: str, namespace: str | None = None, backend: str | None = Non
 
     if namespace is not None:
         from kdist.kube.config import check_namespace
+        from kdist.shared.spelling import option
 
-        check_namespace(namespace, "-n/--namespace")
+        check_namespace(namespace, option("namespace"))
     job = with_backend(load_job(file), backend)
     file = source_name(file)  # "-" is standard input
     if namespace and job.metadata.namespace and namespace != job.metadata.namespace:

@@ -149,7 +149,10 @@ class Connection:
             return self._cluster
 
     def namespace(self) -> str:
-        """-n, else the context's, else "default"."""
+        """-n, else the context's, else "default" (the kubeconfig is read only when there
+        is no -n: `Client(namespace="team-a").namespace` needs none)."""
+        if self._namespace is None and self.options.namespace is not None:
+            self._namespace = self.options.namespace  # checked by kdist.api.checks.target
         if self._namespace is None:
             self._namespace = resolve_namespace(self.options, None, self.kubeconfig())
         return self._namespace

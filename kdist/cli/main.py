@@ -35,8 +35,11 @@ class _Group(click.Group):
     """Turns every KdistError into its one-line message(s) and exit code."""
 
     def invoke(self, ctx: click.Context):
+        from kdist.shared.spelling import flags
+
         try:
-            return super().invoke(ctx)
+            with flags():  # messages name --kubeconfig, not Python's kubeconfig=
+                return super().invoke(ctx)
         except KdistError as e:
             # Escaped as the error was made (KdistError); say() again, whatever an
             # error's own __init__ did: nothing in it is obeyed by the terminal.

@@ -24,6 +24,7 @@ from kdist.kube import execplugin
 from kdist.kube.errors import redacted
 from kdist.shared.errors import ClusterError, UsageError
 from kdist.shared.names import namespace_problem
+from kdist.shared.spelling import option
 
 DEFAULT_KUBECONFIG = "~/.kube/config"
 MAX_KUBECONFIG_BYTES = 4 << 20
@@ -90,7 +91,7 @@ class KubeConfig:
     def load(cls, opts: ClusterOptions, *, missing_ok: bool = False) -> KubeConfig | None:
         """Read the kubeconfig once; None only when `missing_ok` and there is none."""
         if opts.namespace is not None:
-            check_namespace(opts.namespace, "-n/--namespace")
+            check_namespace(opts.namespace, option("namespace"))
         path = opts.kubeconfig or os.environ.get("KUBECONFIG") or \
             os.path.expanduser(DEFAULT_KUBECONFIG)
         files = [p for p in path.split(os.pathsep) if p]
@@ -102,7 +103,8 @@ class KubeConfig:
                 return None
             if opts.kubeconfig:
                 raise UsageError(f"{path}: kubeconfig not found")
-            raise UsageError(f"{path}: no kubeconfig (give --kubeconfig or set KUBECONFIG)")
+            raise UsageError(f"{path}: no kubeconfig (give {option('kubeconfig')} or set "
+                             "KUBECONFIG)")
         docs = [_anchored(_read(p), p) for p in existing]
         doc = docs[0] if len(docs) == 1 else _merge(docs)
         namespace = _context_namespace(doc, opts.context, path)
@@ -204,7 +206,7 @@ def _merge(docs: list[dict[str, Any]]) -> dict[str, Any]:
 def _context_namespace(doc: dict[str, Any], context: str | None, path: str) -> str | None:
     name = context or doc.get("current-context")
     if not name:
-        raise UsageError(f"{path}: no current-context (give --context)")
+        raise UsageError(f"{path}: no current-context (give {option('context')})")
     for entry in doc.get("contexts") or []:
         if isinstance(entry, dict) and entry.get("name") == name:
             ctx = entry.get("context") or {}

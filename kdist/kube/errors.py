@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kdist.shared.errors import ClusterError, JobNotFound, KdistError, OperatorMissing
+from kdist.shared.spelling import option
 
 RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
 # scheme://user:password@ (or a bare user:password@ before a host): the part never printed.
@@ -107,8 +108,8 @@ def timed_out(server: str, what: object, request_timeout: float) -> ClusterError
     """A request that outlived its deadline (`kdist.kube.deadline`), `what` it was."""
     return Unreachable(
         f"the API server at {server} did not answer {f'{what} ' if what else ''}within "
-        f"{request_timeout:g}s (set --request-timeout or $KDIST_REQUEST_TIMEOUT for a slow "
-        "server)", "timeout")
+        f"{request_timeout:g}s (set {option('request_timeout')} or $KDIST_REQUEST_TIMEOUT "
+        "for a slow server)", "timeout")
 
 
 def unreachable(e: BaseException, server: str, request_timeout: float,
