@@ -194,6 +194,14 @@ def not_the_api(server: str, what: str, content_type: str,
                         "kubeconfig's server address")
 
 
+def not_kubernetes(server: str, code: int) -> ClusterError:
+    """/version answered `code`: the server is no Kubernetes API server (a wrong URL or
+    path, a proxy that answers 404 to everything)."""
+    return ClusterError(f"{server} did not answer as a Kubernetes API server ({code} on "
+                        "/version); check the kubeconfig's server address (a wrong URL or "
+                        "path, or a proxy in between)")
+
+
 def api_error(e: HttpError, action: Action, server: str) -> KdistError:
     """An HTTP error answer as the KdistError the user sees."""
     from kdist import backends
@@ -227,8 +235,8 @@ def api_error(e: HttpError, action: Action, server: str) -> KdistError:
                                f"{backend.kind.api_version} {backend.kind.kind} resource)")
     if e.status == 404 and details.get("kind") == "namespaces":
         return ClusterError(f"namespace {action.namespace} not found")
-    if e.status == 404:
-        return JobNotFound(f"no {action.resource} {action.name} {where}")
+    if e.status == 404:  # a list has no name: "no jobs in namespace x", one space
+        return JobNotFound(" ".join(filter(None, ["no", action.resource, action.name, where])))
     if e.status == 422:
         causes = [f"{c.get('field', '?')}: {c.get('message', '')}"
                   for c in details.get("causes") or []]

@@ -17,7 +17,7 @@ from urllib.parse import quote
 
 from kdist.kube import kinds
 from kdist.kube.config import ClusterOptions, KubeConfig, resolve_namespace
-from kdist.kube.errors import Unreachable
+from kdist.kube.errors import Unreachable, not_kubernetes
 from kdist.kube.features import OPERATED, features, served_features
 from kdist.kube.verdict import FAIL, OK, SKIPPED, UNKNOWN, Ask, Verdict, ask_raw
 from kdist.rendering.addons import RULES
@@ -74,6 +74,12 @@ def check(opts: ClusterOptions) -> list[Verdict]:
         fix = _UNREACHABLE_FIX.get(why, "check the kubeconfig's server address").format(
             request_timeout=option("request_timeout"))
         return [*verdicts, Verdict("connection", FAIL, str(e), fix), *_skipped("the connection")]
+    if code == 404:  # a wrong URL or a proxy: not eight FAILs of access after it
+        error = not_kubernetes(cluster.server, code)
+        return [*verdicts, Verdict("connection", FAIL, str(error),
+                                   "point the kubeconfig's server at the API server "
+                                   "(kubectl cluster-info shows it)"),
+                *_skipped("the connection")]
     shown = f" (Kubernetes {version['gitVersion']})" if code == 200 and isinstance(
         version.get("gitVersion"), str) else ""
     verdicts.append(Verdict("connection", OK, f"{cluster.server} answers{shown}"))
