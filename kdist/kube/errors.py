@@ -132,9 +132,20 @@ def unreachable(e: BaseException, server: str, request_timeout: float,
         # answer: the request was never sent).
         if what and not unsent(e) and why != "tls":
             return Unreachable(f"the API server at {server} did not answer {what}: "
-                               f"{' '.join(str(reason).split())}", why)
-    return Unreachable(f"cluster unreachable at {server}: {' '.join(str(reason).split())}",
-                       why)
+                               f"{_plain(reason)}", why)
+    return Unreachable(f"cluster unreachable at {server}: {_plain(reason)}", why)
+
+
+#: urllib3 starts some messages with the connection (or pool) it used, by an internal
+#: class name (`NotedHTTPSConnection(host='h', port=1): `, `<...NotedHTTPSConnection
+#: object at 0x7f...>: `): not for the user; the message names the server already.
+_OBJECT_REPR = re.compile(r"<[\w.]+ object at 0x[0-9a-fA-F]+>:?\s*"
+                          r"|\b[\w.]*Connection(?:Pool)?\(host=[^)]*\):?\s*")
+
+
+def _plain(reason: object) -> str:
+    """A transport failure's words on one line, without any Python object's repr."""
+    return " ".join(_OBJECT_REPR.sub("", str(reason)).split())
 
 
 def _why(e: BaseException) -> str:

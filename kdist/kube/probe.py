@@ -25,7 +25,8 @@ from kdist.shared.errors import KdistError
 from kdist.shared.spelling import option
 
 #: The checks after the connection, in order: named as "skipped" when it fails.
-LATER = ("namespace", "access", *(b.name for b in OPERATED), "kueue", "restart rules")
+LATER = ("namespace", "access", *(b.name for b in OPERATED), "kueue", "gang",
+         "restart rules")
 #: Rules of kdist's Role asked about only where the cluster serves the resource.
 _NEEDS = {**{b.kind.plural: b.name for b in OPERATED}, "workloads": "kueue"}
 RBAC_FIX = ("an admin applies kdist's Role (manifests/rbac.yaml, namespace {ns}) and binds "
