@@ -166,18 +166,35 @@ def render(opts: ClusterOptions, file: str, output: str, backend: str | None,
 def init(opts: ClusterOptions, file: str, force: bool) -> None:
     """Write a commented starter job file (default ./job.yaml); '-' prints it.
 
-    Its first line points editors at job.yaml's JSON Schema (yaml-language-server).
+    Its first line points editors (yaml-language-server) at ./job.schema.json beside
+    it: `kdist schema > job.schema.json` writes that file.
     """
-    from kdist.api.explain import schema_modeline
+    from kdist.api.explain import SCHEMA_MODELINE
 
-    where = Path.cwd() if file == "-" else Path(file).parent
-    text = schema_modeline(where) + STARTER.read_text()
+    text = SCHEMA_MODELINE + STARTER.read_text()
     if file == "-":
         click.echo(text, nl=False)
         return
     _write_new(Path(file), text, force)
     click.echo(f"wrote {file}: edit spec.image, then `kdist run --local {file}` or "
-               f"`kdist submit {file}`")
+               f"`kdist submit {file}` (editors check it once `kdist schema > "
+               f"{Path(file).parent / 'job.schema.json'}` is there)")
+
+
+@main.command(cls=Command, cluster=False, examples=[
+    "kdist schema > job.schema.json     # beside job.yaml, where its first line points",
+    "kdist schema | jq '.definitions.Resources'"])
+@cluster_options
+def schema(opts: ClusterOptions) -> None:
+    """Print job.yaml's JSON Schema (draft-07), the rules `kdist validate` applies.
+
+    Editors that speak the YAML language server (VS Code's YAML extension, yamlls,
+    JetBrains) complete and check a job file whose first line is
+    `# yaml-language-server: $schema=./job.schema.json` (`kdist init` writes it).
+    """
+    from kdist.api.explain import schema_text
+
+    click.echo(schema_text(), nl=False)
 
 
 def _write_new(path: Path, text: str, force: bool) -> None:
