@@ -118,7 +118,7 @@ if _typing.TYPE_CHECKING:
     )
     from kdist.api.files import load_job, parse_job, render, to_yaml
 
-    # The function, not the module kdist.api.client (mypy may take either from kdist.api).
+    # The function, not the module kdist.api.clients (mypy may take either from kdist.api).
     from kdist.api.shortcuts import client
     from kdist.api.steps import Step
     from kdist.kube.state import JobState

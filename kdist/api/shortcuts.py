@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from kdist.api import files
-from kdist.api.client import Client, PathLike, never
+from kdist.api.clients import Client, PathLike, never
 from kdist.api.types import (
     BACKEND_DEFAULT,
     Deleted,

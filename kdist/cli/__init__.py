@@ -12,13 +12,7 @@ from kdist.cli.startup import skip_pydantic_plugins
 
 skip_pydantic_plugins()  # before the spec models are built (kdist.cli.startup says why)
 
-from kdist.cli.check import check  # noqa: E402
-from kdist.cli.cluster_verbs import COMMANDS  # noqa: E402
-from kdist.cli.listing import list_  # noqa: E402
-from kdist.cli.logs import logs  # noqa: E402
+# The cluster verbs' modules load when one runs (kdist.cli.main.LAZY_VERBS).
 from kdist.cli.main import main  # noqa: E402
-
-for _command in [*COMMANDS, list_, logs, check]:
-    main.add_command(_command)
 
 __all__ = ["main"]

@@ -356,5 +356,3 @@ def delete(opts: ClusterOptions, name: str, wait: bool, timeout: float) -> None:
     say(f"deleted {', '.join(gone.objects)} in namespace {gone.namespace}"
         + (" (every object is gone)" if wait else ""))
 
-
-COMMANDS = [submit, status, wait, delete]  # list: kdist.cli.listing; logs: kdist.cli.logs

@@ -31,8 +31,32 @@ if TYPE_CHECKING:  # the spec model imports pydantic: not for `kdist --help`
 STARTER = Path(__file__).with_name("starter.yaml")
 
 
+#: The verbs whose modules are imported when one of them runs (or --help lists them), so
+#: `kdist render` and `validate` do not load the others: name -> (module, command).
+LAZY_VERBS = {
+    **{verb: ("kdist.cli.cluster_verbs", verb) for verb in ("submit", "status", "wait",
+                                                             "delete")},
+    "list": ("kdist.cli.listing", "list_"),
+    "logs": ("kdist.cli.logs", "logs"),
+    "check": ("kdist.cli.check", "check"),
+    "explain": ("kdist.cli.explain", "explain"),  # needs no cluster; its own module
+}
+
+
 class _Group(click.Group):
-    """Turns every KdistError into its one-line message(s) and exit code."""
+    """Turns every KdistError into its one-line message(s) and exit code; loads the
+    cluster verbs on first use (LAZY_VERBS)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *LAZY_VERBS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in LAZY_VERBS:
+            import importlib
+
+            module, name = LAZY_VERBS[cmd_name]
+            self.add_command(getattr(importlib.import_module(module), name), cmd_name)
+        return super().get_command(ctx, cmd_name)
 
     def invoke(self, ctx: click.Context):
         from kdist.shared.spelling import flags
@@ -275,12 +299,3 @@ def run(opts: ClusterOptions, file: str | None, local: bool, raw: bool,
     summary.say(exit_code, stopped[0] if stopped else None)
     sys.exit(exit_code)
 
-
-def _register_explain() -> None:
-    # Its own module (kdist.cli.explain); it needs no cluster, like the verbs above.
-    from kdist.cli.explain import explain
-
-    main.add_command(explain)
-
-
-_register_explain()

@@ -26,6 +26,14 @@ from kdist.shared.errors import ClusterError, UsageError
 from kdist.shared.names import namespace_problem
 from kdist.shared.spelling import option
 
+# The target (kubectl's global flags) is stdlib only, for the CLI to build without this module.
+from kdist.shared.target import (  # noqa: F401 (the names were here first)
+    DEFAULT_REQUEST_TIMEOUT,
+    REQUEST_TIMEOUT_ENV,
+    ClusterOptions,
+    parse_timeout,
+)
+
 DEFAULT_KUBECONFIG = "~/.kube/config"
 MAX_KUBECONFIG_BYTES = 4 << 20
 MAX_TOKEN_BYTES = 1 << 20  # a bearer token file (a service account's is about 1 KiB)
@@ -34,40 +42,7 @@ MAX_TOKEN_BYTES = 1 << 20  # a bearer token file (a service account's is about 1
 _FILE_FIELDS = (("clusters", "cluster", "certificate-authority"),
                 ("users", "user", "client-certificate"), ("users", "user", "client-key"),
                 ("users", "user", "tokenFile"))
-#: Seconds one request may take, connection included, before the server counts as dead.
-DEFAULT_REQUEST_TIMEOUT = 15.0
-REQUEST_TIMEOUT_ENV = "KDIST_REQUEST_TIMEOUT"
 SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
-
-
-@dataclass(frozen=True)
-class ClusterOptions:
-    """Where to talk to, as kubectl's global flags say (None = the kubeconfig's default)."""
-
-    kubeconfig: str | None = None
-    context: str | None = None
-    namespace: str | None = None
-    request_timeout: float | None = None
-
-    def timeout(self) -> float:
-        """The per-request deadline: the option, else $KDIST_REQUEST_TIMEOUT, else 15 s."""
-        if self.request_timeout is not None:
-            return self.request_timeout
-        return parse_timeout(os.environ.get(REQUEST_TIMEOUT_ENV), REQUEST_TIMEOUT_ENV) \
-            or DEFAULT_REQUEST_TIMEOUT
-
-
-def parse_timeout(text: str | None, what: str) -> float | None:
-    """A positive, finite number of seconds (at most a day), or None when unset."""
-    if text is None or text == "":
-        return None
-    try:
-        value = float(text)
-    except ValueError:
-        raise UsageError(f"{what}: {text!r} is not a number of seconds") from None
-    if not (0 < value <= 86400):  # also refuses nan and inf
-        raise UsageError(f"{what}: {text!r} must be more than 0 and at most 86400 seconds")
-    return value
 
 
 def check_namespace(namespace: str, where: str) -> str:

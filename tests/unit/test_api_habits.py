@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 import kdist
-from kdist.api.client import Client
+from kdist.api.clients import Client
 from kdist.shared.errors import UsageError
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from kdist.api.client import Client
+from kdist.api.clients import Client
 from kdist.api.types import BACKEND_NAMES
 from kdist.cli import main
 from tests.unit.golden import ROOT
