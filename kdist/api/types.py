@@ -6,7 +6,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from kdist import backends
+# spec.backend's choices (the CLI's --backend), from the registry (kdist.backends).
+from kdist.api.choices import BACKEND_DEFAULT, BACKEND_NAMES  # noqa: F401 (re-exported)
 from kdist.shared.target import ClusterOptions
 
 # The cluster client's modules are imported where used: the CLI imports this module for
@@ -16,8 +17,6 @@ if TYPE_CHECKING:
     from kdist.kube.config import KubeConfig
     from kdist.kube.tracker import JobState, RankState
 
-#: spec.backend's choices (the CLI's --backend), from the registry (kdist.backends).
-BACKEND_NAMES, BACKEND_DEFAULT = backends.NAMES, backends.DEFAULT
 
 __all__ = ["BACKEND_NAMES", "ClusterOptions", "Connection", "Deleted", "JobState", "JobSummary",
            "Observer", "Quiet", "RankLog", "RankState", "Submission", "check_name", "connect",

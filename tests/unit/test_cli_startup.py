@@ -47,7 +47,8 @@ def test_the_python_api_keeps_pydantics_own_loader():
 
 #: What `kdist render` must not import: the cluster client and the cluster verbs (their
 #: modules load when one of them runs), the run-time side, and what only those need.
-NOT_FOR_RENDER = ("kdist.kube", "kdist.api.clients", "kdist.api.jobs", "kdist.api.many",
+NOT_FOR_RENDER = ("kdist.kube", "kdist.api.types", "kdist.api.clients", "kdist.api.jobs",
+                  "kdist.api.many",
                   "kdist.api.shortcuts", "kdist.api.stream", "kdist.api.steps",
                   "kdist.api.calls", "kdist.cli.cluster_verbs", "kdist.cli.listing",
                   "kdist.cli.logs", "kdist.cli.check", "kdist.cli.submitting",
