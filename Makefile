@@ -10,6 +10,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 KUBECONFIG_E2E ?= $(CURDIR)/.cluster/kubeconfig
 STAMP := .install.stamp
 CLI_STAMP := .install-cli.stamp
+DEMO_STAMP := .install-demo.stamp
 
 .DEFAULT_GOAL := help
 .PHONY: help install install-cli demo test unit lint manifests docs golden e2e image cluster-build cluster-up cluster-down kind-up kind-down e2e-kind bench clean
@@ -33,11 +34,16 @@ $(STAMP): pyproject.toml $(CLI_STAMP) $(KDIST_CACHE)/wheels/.done
 	$(PYTHON) -m pip install -q -e '.[train,test,compat,plot]' "$(TORCH)"
 	@touch $@
 
+# The demo needs the training side only: no test tools, no compat programs.
+$(DEMO_STAMP): pyproject.toml $(KDIST_CACHE)/wheels/.done
+	$(PYTHON) -m pip install -q -e '.[train]' "$(TORCH)"
+	@touch $@
+
 install: $(STAMP) ## Install kdist with its training and test dependencies (torch from a local wheel cache)
 
 install-cli: $(CLI_STAMP) ## Install kdist and the test tools without torch (enough for lint, manifests, docs, golden)
 
-demo: install ## Run the built-in 2-rank DDP job on this machine (no cluster needed)
+demo: $(DEMO_STAMP) ## Install kdist[train] (in the active virtualenv) and run the built-in 2-rank DDP job here (no cluster needed)
 	$(PYTHON) -m kdist run --local
 
 test: install lint ## Lint, layers, types, check manifests/ and the docs are fresh, run unit + fake-API + multi-process tests
@@ -116,4 +122,4 @@ bench: install ## Benchmarks: writes bench/results.json and the table in bench/R
 	$(PYTHON) -m bench.run
 
 clean: ## Remove local build outputs (not the cluster or the wheel cache)
-	rm -rf build dist *.egg-info $(STAMP) $(CLI_STAMP) .pytest_cache .ruff_cache .mypy_cache
+	rm -rf build dist *.egg-info $(STAMP) $(CLI_STAMP) $(DEMO_STAMP) .pytest_cache .ruff_cache .mypy_cache

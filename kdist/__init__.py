@@ -18,22 +18,23 @@ Everything is imported on first use: the container side (``kdist.launch``,
 pydantic, jinja2, yaml or the kubernetes client.
 """
 
-from __future__ import annotations
-
-import importlib
-from typing import TYPE_CHECKING, Any
+# Private names only (and no `from __future__ import annotations`, which would leave
+# `annotations` behind): `dir(kdist)` is what a notebook offers, kdist's API alone.
+import importlib as _importlib
+import typing as _typing
 
 __version__ = "0.1.0"
 
 #: Everything `kdist.api` exports is importable from `kdist` too (docs/python-api.md says
 #: so; a test holds this list equal to `kdist.api.__all__`).
 _API = (
-    "DELETE_TIMEOUT", "Client", "ClusterOptions", "Connection", "Deleted", "JobSummary",
-    "Observer", "Quiet", "RankLog", "Submission", "Validated", "check", "check_name", "client",
-    "connect", "delete", "follow", "list_jobs", "load_file", "logs", "metrics", "namespace",
-    "pack_code", "pod_security", "rank_logs", "reattach_hint", "render_objects", "run_local",
-    "security_note", "status", "submit", "target", "timeout_line", "to_json", "to_yaml",
-    "train", "validate_file", "wait", "wait_many", "watch_jobs", "with_namespace",
+    "Client", "ClusterOptions", "Connection", "DELETE_TIMEOUT", "Deleted", "JobSummary", "Observer",
+    "Quiet", "RankLog", "Submission", "Validated", "check", "check_name", "client", "connect",
+    "delete", "follow", "list_jobs", "load", "load_file", "logs", "metrics", "namespace",
+    "pack_code", "plot", "pod_security", "rank_logs", "reattach_hint", "render_objects",
+    "run_local", "security_note", "status", "submit", "target", "timeout_line", "to_json",
+    "to_yaml", "train", "validate", "validate_file", "wait", "wait_many", "watch_jobs",
+    "with_namespace",
 )
 _LAZY = {
     **dict.fromkeys(_API, "kdist.api"),
@@ -60,17 +61,17 @@ _LAZY = {
 }
 __all__ = [  # every name of _LAZY (a test holds them equal)
     "Client", "ClusterError", "ClusterOptions", "Connection", "DELETE_TIMEOUT", "Deleted",
-    "JobFailed", "JobNotFound", "JobState", "JobSummary", "KdistError", "Observer",
-    "PREEMPTED", "Quiet", "RankLog", "SpecError", "Step", "Submission", "TimedOut",
-    "TrainingJob", "UsageError", "Validated", "Verdict", "check", "check_name", "client",
-    "connect", "delete", "follow", "list_jobs", "load_file", "load_job", "logs", "metrics",
-    "namespace", "pack_code", "parse_job", "pod_security", "preemption_requested", "rank_logs",
-    "reattach_hint", "render", "render_objects", "run_local", "security_note", "status",
-    "submit", "target", "timeout_line", "to_json", "to_yaml", "train", "validate_file", "wait",
-    "wait_many", "watch_jobs", "with_namespace",
+    "JobFailed", "JobNotFound", "JobState", "JobSummary", "KdistError", "Observer", "PREEMPTED",
+    "Quiet", "RankLog", "SpecError", "Step", "Submission", "TimedOut", "TrainingJob", "UsageError",
+    "Validated", "Verdict", "check", "check_name", "client", "connect", "delete", "follow",
+    "list_jobs", "load", "load_file", "load_job", "logs", "metrics", "namespace", "pack_code",
+    "parse_job", "plot", "pod_security", "preemption_requested", "rank_logs", "reattach_hint",
+    "render", "render_objects", "run_local", "security_note", "status", "submit", "target",
+    "timeout_line", "to_json", "to_yaml", "train", "validate", "validate_file", "wait", "wait_many",
+    "watch_jobs", "with_namespace",
 ]
 
-if TYPE_CHECKING:
+if _typing.TYPE_CHECKING:
     from kdist.api import (
         DELETE_TIMEOUT,
         Client,
@@ -89,11 +90,13 @@ if TYPE_CHECKING:
         delete,
         follow,
         list_jobs,
+        load,
         load_file,
         logs,
         metrics,
         namespace,
         pack_code,
+        plot,
         pod_security,
         rank_logs,
         reattach_hint,
@@ -106,6 +109,7 @@ if TYPE_CHECKING:
         timeout_line,
         to_json,
         train,
+        validate,
         validate_file,
         wait,
         wait_many,
@@ -114,7 +118,7 @@ if TYPE_CHECKING:
     )
     from kdist.api.files import load_job, parse_job, render, to_yaml
 
-    # The function, not the module kdist.api.client (mypy may take either from kdist.api).
+    # The function, not the module kdist.api.clients (mypy may take either from kdist.api).
     from kdist.api.shortcuts import client
     from kdist.api.steps import Step
     from kdist.kube.state import JobState
@@ -132,15 +136,17 @@ if TYPE_CHECKING:
     from kdist.spec.model import TrainingJob
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> _typing.Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'kdist' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    value = getattr(_importlib.import_module(module), name)
     globals()[name] = value
     return value
 
 
 def __dir__() -> list[str]:
-    """What a notebook's completion offers: the lazy names too, before first use."""
-    return sorted(set(globals()) | set(_LAZY))
+    """What a notebook's completion offers: the API's names (the lazy ones too, before first
+    use), the submodules imported so far, __version__; no helper of this module's own."""
+    public = {n for n in globals() if not n.startswith("_")}
+    return sorted(public | set(_LAZY) | {"__version__"})

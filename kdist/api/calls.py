@@ -161,11 +161,14 @@ def _function(fn: Callable[..., Any], workdir: Any,
         if file and root is None and module == "__main__":
             root = Path(file).parent
         try:
-            call["source"] = textwrap.dedent(inspect.getsource(fn))
+            lines, first = inspect.getsourcelines(fn)
         except (OSError, TypeError):
             raise UsageError(f"fn: {qualname} has neither a file nor a source kdist can "
                              "read; define it in a module") from None
+        call["source"] = textwrap.dedent("".join(lines))
         call["qualname"] = getattr(fn, "__name__", qualname)
+        # Where the source sits, so the ranks' tracebacks say `fit.py:12`, as here.
+        call.update(line=first, source_file=_source_file(fn, root))
     elif root is None and _installed(file):
         call["module"] = module
     else:
@@ -178,6 +181,22 @@ def _function(fn: Callable[..., Any], workdir: Any,
         raise UsageError(f"args: the call takes {len(text):,} bytes encoded, at most "
                          f"{MAX_CALL_BYTES:,}; ship data in the workdir or on a volume")
     return root, ["python", "-m", "kdist.runtime.call", text], qualname
+
+
+def _source_file(fn: Callable[..., Any], root: Path | None) -> str | None:
+    """The file `fn` was defined in, as the ranks find it: relative to the workdir that
+    travels when it is in there, else its name alone (a traceback still says which file);
+    None without a real file (a notebook cell)."""
+    code = getattr(fn, "__code__", None)
+    file = getattr(code, "co_filename", None)
+    if not isinstance(file, str) or not os.path.isfile(file):
+        return None
+    if root is not None:
+        try:
+            return Path(file).resolve().relative_to(root.resolve()).as_posix()
+        except ValueError:
+            pass
+    return Path(file).name
 
 
 def _installed(file: str) -> bool:

@@ -15,11 +15,10 @@ import os
 from collections.abc import Collection, Iterable
 from typing import TYPE_CHECKING, Any
 
-from kdist.kube.config import ClusterOptions
 from kdist.shared.args import int_range_problem, seconds_problem
 from kdist.shared.errors import UsageError
 from kdist.shared.names import job_name_problem, namespace_problem
-from kdist.shared.selectors import SelectorProblem, check_selector
+from kdist.shared.target import ClusterOptions
 
 if TYPE_CHECKING:
     from kdist.rendering.workdir import Packed
@@ -118,6 +117,8 @@ def text(value: Any, what: str) -> str:
 
 def selector(value: Any, what: str = "selector") -> str:
     """A label selector the API server would parse ("" selects everything), as -l is."""
+    from kdist.shared.selectors import SelectorProblem, check_selector
+
     try:
         return check_selector(text(value, what))
     except SelectorProblem as e:

@@ -42,12 +42,15 @@ def load_file(file: str, namespace: str | None = None, backend: str | None = Non
     """
     from kdist.rendering import with_backend
     from kdist.spec import load_job
+    from kdist.spec.load import source_name
 
     if namespace is not None:
         from kdist.kube.config import check_namespace
+        from kdist.shared.spelling import option
 
-        check_namespace(namespace, "-n/--namespace")
+        check_namespace(namespace, option("namespace"))
     job = with_backend(load_job(file), backend)
+    file = source_name(file)  # "-" is standard input
     if namespace and job.metadata.namespace and namespace != job.metadata.namespace:
         raise UsageError(
             f"{file}: metadata.namespace is {job.metadata.namespace!r} but -n says {namespace!r}"
@@ -187,12 +190,14 @@ def validate_file(file: str, *, warn: Warn | None = None) -> Validated:
     SpecError with every problem otherwise (those after the spec's own name the file).
     """
     from kdist.spec import load_job
+    from kdist.spec.load import source_name
 
     say = warn or _python_warning
     try:
         job = load_job(file)
     except SpecError as e:
-        raise SpecError(e.problems + _workdir_problems(file, e.problems)) from None
+        raise SpecError(e.problems + _workdir_problems(source_name(file), e.problems)) from None
+    file = source_name(file)  # "-" is standard input
     advise(file, job, say)
     try:
         code = pack_code(job, None, warn=say)  # a workdir that cannot be shipped is a problem
@@ -224,7 +229,9 @@ def _workdir_problems(file: str, problems: list[str]) -> list[str]:
 
 
 def security_note(file: str, line: str | None, loud: bool) -> str | None:
-    return f"{'warning: ' if loud else ''}{file}: {line}" if line else None
+    from kdist.spec.load import source_name
+
+    return f"{'warning: ' if loud else ''}{source_name(file)}: {line}" if line else None
 
 
 def run_local(job: TrainingJob, *, code: Packed | None = None,

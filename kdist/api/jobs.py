@@ -348,7 +348,7 @@ def no_log_note(state: JobState, r: Any) -> str:
 
 def list_jobs(conn: Connection, *, all_namespaces: bool = False,
               selector: str = "") -> list[JobSummary]:
-    """kdist's jobs of both backends in the namespace (or in all); with a label
+    """kdist's jobs of every backend in the namespace (or in all); with a label
     `selector`, only those it matches."""
     from kdist.kube.objects import job_kind_backend, job_nodes, job_phase, parse_time
     from kdist.shared.labels import BACKEND
@@ -364,7 +364,8 @@ def list_jobs(conn: Connection, *, all_namespaces: bool = False,
             # namespace stay as they are: they name the job in requests).
             backend=escape((meta.get("labels") or {}).get(BACKEND) or job_kind_backend(obj)[1]),
             nodes=job_nodes(obj), phase=job_phase(obj),
-            age_s=None if created is None else now - created))
+            age_s=None if created is None else now - created,
+            kind=job_kind_backend(obj)[0], created=meta.get("creationTimestamp")))
     return rows
 
 

@@ -16,7 +16,8 @@ import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from kdist.api.client import Client, PathLike, never
+from kdist.api import files
+from kdist.api.clients import Client, PathLike, never
 from kdist.api.types import (
     BACKEND_DEFAULT,
     Deleted,
@@ -33,8 +34,9 @@ if TYPE_CHECKING:
     from kdist.rendering.workdir import Packed
     from kdist.spec.model import TrainingJob
 
-__all__ = ["check", "client", "delete", "list_jobs", "logs", "metrics", "namespace",
-           "rank_logs", "status", "submit", "train", "wait", "wait_many", "watch_jobs"]
+__all__ = ["check", "client", "delete", "list_jobs", "load", "logs", "metrics", "namespace",
+           "plot", "rank_logs", "status", "submit", "train", "validate", "wait", "wait_many",
+           "watch_jobs"]
 
 _default: tuple[tuple[str | None, ...], Client] | None = None
 _lock = threading.Lock()
@@ -185,6 +187,27 @@ def train(fn: Callable[..., Any] | PathLike, *, nodes: int = 1,
         fn, nodes=nodes, procs_per_node=procs_per_node, args=args, image=image,
         backend=backend, workdir=workdir, local=local, name=name, timeout=timeout,
         logs=logs, env=env, resources=resources, spec=spec)
+
+
+@_like(Client.load)
+def load(file: PathLike, *, backend: str | None = None, kubeconfig: PathLike | None = None,
+         context: str | None = None, namespace: str | None = None,
+         request_timeout: float | None = None) -> TrainingJob:
+    return client(kubeconfig, context, namespace, request_timeout).load(file, backend=backend)
+
+
+@_like(Client.validate)
+def validate(file: PathLike, *, kubeconfig: PathLike | None = None,
+             context: str | None = None, namespace: str | None = None,
+             request_timeout: float | None = None) -> files.Validated:
+    return client(kubeconfig, context, namespace, request_timeout).validate(file)
+
+
+@_like(Client.plot)
+def plot(name: str, file: PathLike, *, kubeconfig: PathLike | None = None,
+         context: str | None = None, namespace: str | None = None,
+         request_timeout: float | None = None) -> int:
+    return client(kubeconfig, context, namespace, request_timeout).plot(name, file)
 
 
 @_like(Client.check)

@@ -6,16 +6,17 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from kdist import backends
-from kdist.kube.config import ClusterOptions, KubeConfig, resolve_namespace
-from kdist.kube.objects import gang_of, restart_mode_of
+# spec.backend's choices (the CLI's --backend), from the registry (kdist.backends).
+from kdist.api.choices import BACKEND_DEFAULT, BACKEND_NAMES  # noqa: F401 (re-exported)
+from kdist.shared.target import ClusterOptions
 
+# The cluster client's modules are imported where used: the CLI imports this module for
+# every verb, `kdist render` too.
 if TYPE_CHECKING:
     from kdist.kube.client import Cluster
+    from kdist.kube.config import KubeConfig
     from kdist.kube.tracker import JobState, RankState
 
-#: spec.backend's choices (the CLI's --backend), from the registry (kdist.backends).
-BACKEND_NAMES, BACKEND_DEFAULT = backends.NAMES, backends.DEFAULT
 
 __all__ = ["BACKEND_NAMES", "ClusterOptions", "Connection", "Deleted", "JobState", "JobSummary",
            "Observer", "Quiet", "RankLog", "RankState", "Submission", "check_name", "connect",
@@ -61,12 +62,16 @@ class Submission:
     def restart_mode(self) -> str:
         """How the gang restarts: "inPlace" or "recreate" (distributed.restartMode), as the
         objects created say (auto: as the cluster kept them; a client dry run: recreate)."""
+        from kdist.kube.objects import restart_mode_of
+
         return restart_mode_of(self.objects[0]) if self.objects else ""
 
     @property
     def gang(self) -> str:
         """The PodGroup the job's pods are gang-scheduled in (distributed.gang native, as the
         objects created say), "" when they are scheduled pod by pod."""
+        from kdist.kube.objects import gang_of
+
         return gang_of(self.objects[0]) if self.objects else ""
 
 
@@ -80,6 +85,14 @@ class JobSummary:
     nodes: int | None
     phase: str
     age_s: float | None
+    kind: str = ""  # the job object's kind: Job, JobSet, PyTorchJob
+    created: str | None = None  # its creationTimestamp, as the cluster wrote it
+
+    def to_dict(self) -> dict[str, Any]:
+        """The row for `kdist list -o json|yaml` (camelCase, as `status -o json`)."""
+        return {"name": self.name, "namespace": self.namespace, "kind": self.kind,
+                "backend": self.backend, "nodes": self.nodes, "phase": self.phase,
+                "created": self.created, "ageSeconds": self.age_s}
 
 
 @dataclass(frozen=True)
@@ -129,6 +142,8 @@ class Connection:
     def kubeconfig(self, missing_ok: bool = False) -> KubeConfig | None:
         with self._lock:
             if self._kubeconfig is None:
+                from kdist.kube.config import KubeConfig
+
                 self._kubeconfig = KubeConfig.load(self.options, missing_ok=missing_ok)
             return self._kubeconfig
 
@@ -142,8 +157,13 @@ class Connection:
             return self._cluster
 
     def namespace(self) -> str:
-        """-n, else the context's, else "default"."""
+        """-n, else the context's, else "default" (the kubeconfig is read only when there
+        is no -n: `Client(namespace="team-a").namespace` needs none)."""
+        if self._namespace is None and self.options.namespace is not None:
+            self._namespace = self.options.namespace  # checked by kdist.api.checks.target
         if self._namespace is None:
+            from kdist.kube.config import resolve_namespace
+
             self._namespace = resolve_namespace(self.options, None, self.kubeconfig())
         return self._namespace
 

@@ -2,7 +2,8 @@
 
 - ``main``: the group, error -> exit code mapping, and the verbs that need no
   cluster (validate, render, init, run --local).
-- ``cluster_verbs``: submit, status, list, wait, delete; ``logs``: logs; ``check``: check.
+- ``cluster_verbs``: submit, status, wait, delete; ``listing``: list; ``logs``: logs;
+  ``check``: check.
 - ``options``: flags shared by several verbs; ``progress``: what is printed.
 - ``startup``: what the command sets up before pydantic is imported.
 """
@@ -11,12 +12,7 @@ from kdist.cli.startup import skip_pydantic_plugins
 
 skip_pydantic_plugins()  # before the spec models are built (kdist.cli.startup says why)
 
-from kdist.cli.check import check  # noqa: E402
-from kdist.cli.cluster_verbs import COMMANDS  # noqa: E402
-from kdist.cli.logs import logs  # noqa: E402
+# The cluster verbs' modules load when one runs (kdist.cli.main.LAZY_VERBS).
 from kdist.cli.main import main  # noqa: E402
-
-for _command in [*COMMANDS, logs, check]:
-    main.add_command(_command)
 
 __all__ = ["main"]

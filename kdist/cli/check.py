@@ -33,9 +33,10 @@ def check(opts: ClusterOptions, output: str) -> None:
     host, TLS, timeout); the credentials; the namespace (exists, readable);
     whether you may do what kdist does there (a SelfSubjectAccessReview per verb
     of manifests/rbac.yaml's Role); which optional backends and features the
-    cluster serves (PyTorchJob, JobSet, Kueue and its LocalQueues, container
-    restart rules). A failing line says the fix. Exit 0 when every required check
-    passes, 1 when one fails; what is optional and absent is "not served".
+    cluster serves (PyTorchJob, JobSet, Kueue and its LocalQueues, PodGroups for
+    gang scheduling, container restart rules). A failing line says the fix. Exit 0
+    when every required check passes, 1 when one fails; what is optional and absent
+    is "not served".
     """
     from kdist.api import Client
 

@@ -1,4 +1,4 @@
-"""The cluster verbs: submit, status, list, wait, delete — a thin shell over `kdist.api`.
+"""The cluster verbs: submit, status, wait, delete — a thin shell over `kdist.api`.
 
 They parse flags, call the API, and print through `kdist.cli.progress`. The
 `kubernetes` client and `rich` are imported inside the commands, so
@@ -20,6 +20,7 @@ from typing import Any
 
 import click
 
+from kdist.cli.jobfiles import name_or_file, names_or_files
 from kdist.cli.options import (
     ClusterOptions,
     Command,
@@ -112,7 +113,8 @@ def _selector(ctx: click.Context, param: click.Parameter, value: str) -> str:
 def submit(opts: ClusterOptions, files: tuple[str, ...], wait: bool, follow: bool,
            dry_run: str | None, replace: bool, backend: str | None, timeout: float | None,
            workdir: str | None) -> None:
-    """Validate, render and create the job of each FILE, then watch to the end.
+    """Validate, render and create the job of each FILE ('-': standard input), then watch
+    to the end.
 
     The headless Service (indexed-job backend) is created owned by the Job, so
     deleting the Job removes everything. --dry-run=client prints the objects
@@ -125,6 +127,8 @@ def submit(opts: ClusterOptions, files: tuple[str, ...], wait: bool, follow: boo
     are deleted again and the error says what exists. --wait then follows them all
     with one watcher. Ctrl-C / SIGTERM while creating deletes what was created.
     """
+    if files.count("-") > 1:
+        raise UsageError("'-' (standard input) can be read once: give it one time")
     if len(files) > 1:
         _submit_many(opts, files, wait, follow, dry_run, replace, backend, timeout, workdir)
         return
@@ -252,16 +256,18 @@ def _finish(state: Any, started: float) -> None:
 @click.command(cls=Command, examples=[
     "kdist status demo",
     "kdist status demo -n team-a -o json",
-    "kdist status demo --plot steps.png"])
-@click.argument("name")
-@click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table",
-              show_default=True, help="Output format.")
+    "kdist status demo --plot steps.png",
+    "kdist status -f job.yaml -o yaml      # the job job.yaml makes"])
+@click.option("-o", "--output", type=click.Choice(["table", "json", "yaml"]), default="table",
+              show_default=True, help="Output format (json and yaml: the same fields).")
 @click.option("--plot", "plot", metavar="FILE", type=click.Path(dir_okay=False),
               help="Also draw loss and samples/s per rank over steps, restarts marked, into "
                    "FILE (.png or .svg; needs matplotlib: pip install 'kdist[plot]').")
 @cluster_options
+@name_or_file()
 def status(opts: ClusterOptions, name: str, output: str, plot: str | None = None) -> None:
-    """Show job NAME: its phase, and per rank pod, phase, restarts, step, loss history."""
+    """Show job NAME (or -f FILE's): its phase, and per rank pod, phase, restarts, step,
+    loss history."""
     from kdist import api
 
     if plot is not None:
@@ -274,6 +280,10 @@ def status(opts: ClusterOptions, name: str, output: str, plot: str | None = None
         click.echo(strictjson.dumps(state.to_dict(), indent=2))
         for note in state.notes:  # stdout is the JSON alone
             say(f"note: {note}", err=True)
+    elif output == "yaml":
+        click.echo(api.to_yaml([state.to_dict()]), nl=False)
+        for note in state.notes:
+            say(f"note: {note}", err=True)
     else:
         from kdist.cli.progress import print_status
 
@@ -282,51 +292,14 @@ def status(opts: ClusterOptions, name: str, output: str, plot: str | None = None
         draw(client, name, plot)
 
 
-# ---- list, delete ------------------------------------------------------------------------------
-
-
-@click.command("list", cls=Command, examples=[
-    "kdist list",
-    "kdist list -A",
-    "kdist list -l team=vision             # as kubectl get -l: =, !=, in (...), !key",
-    "kdist list --watch -l 'team in (a,b)'"])
-@click.option("-A", "--all-namespaces", is_flag=True, help="Jobs in every namespace.")
-@click.option("-w", "--watch", is_flag=True,
-              help="A live table (phase, ranks running, step/max, loss, samples/s, ETA) "
-                   "until Ctrl-C; one watcher for all jobs.")
-@click.option("-l", "--selector", default="", metavar="SELECTOR", callback=_selector,
-              help="Only jobs with these labels, as kubectl get -l: key=value, key!=value, "
-                   "key in (a,b), key notin (a,b), key, !key; joined by commas (all must hold).")
-@cluster_options
-def list_(opts: ClusterOptions, all_namespaces: bool, watch: bool, selector: str) -> None:
-    """List kdist jobs of both backends (Indexed Jobs and PyTorchJobs)."""
-    from kdist import api
-
-    if watch:
-        from kdist.cli.jobs_table import JobsTable
-        from kdist.shared.signals import interruptible
-
-        table = JobsTable(namespaces=all_namespaces)
-        with interruptible():
-            try:
-                api.watch_jobs(all_namespaces=all_namespaces, selector=selector,
-                               on_update=table.update, **_opts(opts))
-            except KeyboardInterrupt:
-                pass
-            finally:
-                table.stop()
-        return
-    from kdist.cli.progress import print_jobs
-
-    rows = api.list_jobs(all_namespaces=all_namespaces, selector=selector, **_opts(opts))
-    print_jobs(rows, all_namespaces, selector)
+# ---- wait, delete (list: kdist.cli.listing) ---------------------------------------------
 
 
 @click.command("wait", cls=Command, examples=[
     "kdist wait demo other --timeout 3600",
     "kdist wait --all -n team-a",
-    "kdist wait -l sweep=lr"])
-@click.argument("names", nargs=-1)
+    "kdist wait -l sweep=lr",
+    "kdist wait -f a.yaml -f b.yaml        # the jobs these files make"])
 @click.option("--all", "all_jobs", is_flag=True, help="Every kdist job in the namespace.")
 @click.option("-l", "--selector", default="", metavar="SELECTOR", callback=_selector,
               help="Every kdist job with these labels (as kubectl's -l); none matching is "
@@ -334,6 +307,7 @@ def list_(opts: ClusterOptions, all_namespaces: bool, watch: bool, selector: str
 @click.option("--timeout", type=Seconds(), metavar="SECONDS",
               help="Stop waiting after SECONDS (exit 1; the jobs keep running).")
 @cluster_options
+@names_or_files
 def wait(opts: ClusterOptions, names: tuple[str, ...], all_jobs: bool, selector: str,
          timeout: float | None) -> None:
     """Wait for jobs to end: exit 0 when all succeeded, 1 when any failed or time ran out.
@@ -345,7 +319,7 @@ def wait(opts: ClusterOptions, names: tuple[str, ...], all_jobs: bool, selector:
     from kdist import api
 
     if bool(names) + all_jobs + bool(selector) != 1:
-        raise UsageError("give job NAMEs, or --all, or -l SELECTOR (one of them)")
+        raise UsageError("give job NAMEs (or -f FILEs), or --all, or -l SELECTOR (one of them)")
     for name in names:
         _name(name)
 
@@ -368,15 +342,17 @@ def wait(opts: ClusterOptions, names: tuple[str, ...], all_jobs: bool, selector:
 
 @click.command(cls=Command, examples=[
     "kdist delete demo",
-    "kdist delete demo -n team-a --no-wait"])
-@click.argument("name")
+    "kdist delete demo -n team-a --no-wait",
+    "kdist delete -f job.yaml              # the job job.yaml made (its name and namespace)"])
 @click.option("--wait/--no-wait", default=True, show_default=True,
               help="Wait until every object of the job (pods included) is gone.")
 @click.option("--timeout", type=Seconds(), default=300, show_default=True, metavar="SECONDS",
               help="How long --wait waits.")
 @cluster_options
+@name_or_file()
 def delete(opts: ClusterOptions, name: str, wait: bool, timeout: float) -> None:
-    """Delete job NAME with foreground propagation: its pods, Service and the job itself.
+    """Delete job NAME (or -f FILE's) with foreground propagation: its pods, Service and
+    the job itself.
 
     Only kdist's objects (labelled app.kubernetes.io/managed-by=kdist and
     kdist.dev/job-name=NAME): a same-named job kdist did not make is refused (exit 2)."""
@@ -386,5 +362,3 @@ def delete(opts: ClusterOptions, name: str, wait: bool, timeout: float) -> None:
     say(f"deleted {', '.join(gone.objects)} in namespace {gone.namespace}"
         + (" (every object is gone)" if wait else ""))
 
-
-COMMANDS = [submit, status, list_, wait, delete]  # logs: kdist.cli.logs

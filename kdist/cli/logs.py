@@ -15,6 +15,7 @@ from contextlib import contextmanager
 import click
 
 from kdist.cli.cluster_verbs import _name, _opts, _watching
+from kdist.cli.jobfiles import name_or_file
 from kdist.cli.options import ClusterOptions, Command, cluster_options
 from kdist.cli.say import say
 from kdist.shared.errors import UsageError
@@ -24,8 +25,8 @@ from kdist.shared.terminal import log_for
 @click.command(cls=Command, examples=[
     "kdist logs demo",
     "kdist logs demo -f -n team-a          # follow to the end, across restarts",
-    "kdist logs demo --node 1 --tail 100   # pod 1 (with procsPerNode 2: ranks 2-3)"])
-@click.argument("name")
+    "kdist logs demo --node 1 --tail 100   # pod 1 (with procsPerNode 2: ranks 2-3)",
+    "kdist logs --filename job.yaml -f     # the job job.yaml makes (-f here is --follow)"])
 @click.option("--node", type=click.IntRange(min=0, max=100_000),
               help="Only this node's log (pod N of the job; with procsPerNode > 1 it holds "
                    "the lines of all its ranks).")
@@ -38,6 +39,7 @@ from kdist.shared.terminal import log_for
 @click.option("--tail", type=click.IntRange(min=0, max=10_000_000),
               help="Start from the last N lines of each log.")
 @cluster_options
+@name_or_file(short=False)
 def logs(opts: ClusterOptions, name: str, node: int | None, rank: int | None, follow: bool,
          tail: int | None) -> None:
     """Print the logs of job NAME, each pod's lines prefixed with `[rank N] `.

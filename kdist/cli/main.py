@@ -31,12 +31,39 @@ if TYPE_CHECKING:  # the spec model imports pydantic: not for `kdist --help`
 STARTER = Path(__file__).with_name("starter.yaml")
 
 
+#: The verbs whose modules are imported when one of them runs (or --help lists them), so
+#: `kdist render` and `validate` do not load the others: name -> (module, command).
+LAZY_VERBS = {
+    **{verb: ("kdist.cli.cluster_verbs", verb) for verb in ("submit", "status", "wait",
+                                                             "delete")},
+    "list": ("kdist.cli.listing", "list_"),
+    "logs": ("kdist.cli.logs", "logs"),
+    "check": ("kdist.cli.check", "check"),
+    "explain": ("kdist.cli.explain", "explain"),  # needs no cluster; its own module
+}
+
+
 class _Group(click.Group):
-    """Turns every KdistError into its one-line message(s) and exit code."""
+    """Turns every KdistError into its one-line message(s) and exit code; loads the
+    cluster verbs on first use (LAZY_VERBS)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *LAZY_VERBS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in LAZY_VERBS:
+            import importlib
+
+            module, name = LAZY_VERBS[cmd_name]
+            self.add_command(getattr(importlib.import_module(module), name), cmd_name)
+        return super().get_command(ctx, cmd_name)
 
     def invoke(self, ctx: click.Context):
+        from kdist.shared.spelling import flags
+
         try:
-            return super().invoke(ctx)
+            with flags():  # messages name --kubeconfig, not Python's kubeconfig=
+                return super().invoke(ctx)
         except KdistError as e:
             # Escaped as the error was made (KdistError); say() again, whatever an
             # error's own __init__ did: nothing in it is obeyed by the terminal.
@@ -110,7 +137,7 @@ def say_pod_security(file: str, objects: list[dict[str, Any]]) -> None:
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @cluster_options
 def validate(opts: ClusterOptions, files: tuple[str, ...]) -> None:
-    """Check job files; print every problem with its field path."""
+    """Check job files ('-': standard input); print every problem with its field path."""
     from kdist import api
     from kdist.shared.errors import SpecError
 
@@ -131,6 +158,7 @@ def validate(opts: ClusterOptions, files: tuple[str, ...]) -> None:
 @main.command(cls=Command, examples=[
     "kdist render job.yaml",
     "kdist render job.yaml -n team-a -o json",
+    "kdist render - < job.yaml              # '-': the job from standard input",
     "kdist render job.yaml --backend pytorchjob | kubectl apply --dry-run=server -f -"])
 @job_file_argument
 @output_option
@@ -139,7 +167,7 @@ def validate(opts: ClusterOptions, files: tuple[str, ...]) -> None:
 @cluster_options
 def render(opts: ClusterOptions, file: str, output: str, backend: str | None,
            workdir: str | None) -> None:
-    """Print the Kubernetes objects for FILE (no cluster needed).
+    """Print the Kubernetes objects for FILE ('-': standard input; no cluster needed).
 
     With a workdir, its ConfigMaps come after the job, without owner references
     (`kdist delete` finds them by label).
@@ -162,18 +190,35 @@ def render(opts: ClusterOptions, file: str, output: str, backend: str | None,
 def init(opts: ClusterOptions, file: str, force: bool) -> None:
     """Write a commented starter job file (default ./job.yaml); '-' prints it.
 
-    Its first line points editors at job.yaml's JSON Schema (yaml-language-server).
+    Its first line points editors (yaml-language-server) at ./job.schema.json beside
+    it: `kdist schema > job.schema.json` writes that file.
     """
-    from kdist.api.explain import schema_modeline
+    from kdist.api.explain import SCHEMA_MODELINE
 
-    where = Path.cwd() if file == "-" else Path(file).parent
-    text = schema_modeline(where) + STARTER.read_text()
+    text = SCHEMA_MODELINE + STARTER.read_text()
     if file == "-":
         click.echo(text, nl=False)
         return
     _write_new(Path(file), text, force)
     click.echo(f"wrote {file}: edit spec.image, then `kdist run --local {file}` or "
-               f"`kdist submit {file}`")
+               f"`kdist submit {file}` (editors check it once `kdist schema > "
+               f"{Path(file).parent / 'job.schema.json'}` is there)")
+
+
+@main.command(cls=Command, cluster=False, examples=[
+    "kdist schema > job.schema.json     # beside job.yaml, where its first line points",
+    "kdist schema | jq '.definitions.Resources'"])
+@cluster_options
+def schema(opts: ClusterOptions) -> None:
+    """Print job.yaml's JSON Schema (draft-07), the rules `kdist validate` applies.
+
+    Editors that speak the YAML language server (VS Code's YAML extension, yamlls,
+    JetBrains) complete and check a job file whose first line is
+    `# yaml-language-server: $schema=./job.schema.json` (`kdist init` writes it).
+    """
+    from kdist.api.explain import schema_text
+
+    click.echo(schema_text(), nl=False)
 
 
 def _write_new(path: Path, text: str, force: bool) -> None:
@@ -269,12 +314,3 @@ def run(opts: ClusterOptions, file: str | None, local: bool, raw: bool, fresh: b
     summary.say(exit_code, stopped[0] if stopped else None)
     sys.exit(exit_status(exit_code, stopped[0] if stopped else None))
 
-
-def _register_explain() -> None:
-    # Its own module (kdist.cli.explain); it needs no cluster, like the verbs above.
-    from kdist.cli.explain import explain
-
-    main.add_command(explain)
-
-
-_register_explain()

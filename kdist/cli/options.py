@@ -9,8 +9,9 @@ from typing import Any
 
 import click
 
-from kdist.api.types import BACKEND_NAMES, ClusterOptions
+from kdist.api.choices import BACKEND_NAMES
 from kdist.shared.args import MAX_SECONDS, seconds_problem
+from kdist.shared.target import ClusterOptions
 
 __all__ = ["MAX_SECONDS", "ClusterOptions", "Command", "GlobalOption", "Seconds",
            "backend_option", "cluster_options", "global_options", "job_file_argument",

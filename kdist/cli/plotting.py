@@ -1,4 +1,4 @@
-"""`kdist status NAME --plot FILE`: the step series drawn (kdist.api.plot), one line said."""
+"""`kdist status NAME --plot FILE`: the step series drawn (kdist.api.drawing), one line said."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ from kdist.api import Client
 
 
 def check(file: str) -> None:
-    from kdist.api.plot import check_plot
+    from kdist.api.drawing import check_plot
 
     check_plot(file, "--plot")
 
 
 def draw(client: Client, name: str, file: str) -> None:
-    from kdist.api.plot import plot_steps
+    from kdist.api.drawing import plot_steps
 
     series = client.metrics(name)
     points = plot_steps(series, file, title=f"job {name}", what="--plot")

@@ -378,8 +378,10 @@ def _or_dash(value: object) -> object:
     return "-" if value is None else value
 
 
-def print_jobs(rows: list[Any], all_namespaces: bool, selector: str = "") -> None:
-    """`kdist list`: one row per job of either backend."""
+def print_jobs(rows: list[Any], all_namespaces: bool, selector: str = "", *,
+               wide: bool = False) -> None:
+    """`kdist list`: one row per job of any backend; `wide` adds the job's kind and
+    creation time, and shows the namespace always."""
     from rich.console import Console
     from rich.table import Table
 
@@ -388,13 +390,15 @@ def print_jobs(rows: list[Any], all_namespaces: bool, selector: str = "") -> Non
         console.print(shown("no kdist jobs found" + (f" matching -l {selector!r}" if selector
                                                       else "")))
         return
+    namespaces = all_namespaces or wide
     table = Table(box=None, pad_edge=False)
-    cols = (["NAMESPACE"] if all_namespaces else []) + ["NAME", "BACKEND", "NODES", "PHASE",
-                                                         "AGE"]
-    for col in cols:
+    cols = (["NAMESPACE"] if namespaces else []) + ["NAME", "BACKEND", "NODES", "PHASE", "AGE"]
+    for col in cols + (["KIND", "CREATED"] if wide else []):
         table.add_column(col, no_wrap=True)
     for row in rows:
-        cells = [row.namespace] if all_namespaces else []
+        cells = [row.namespace] if namespaces else []
         cells += [row.name, row.backend, row.nodes or "-", row.phase, duration(row.age_s)]
+        if wide:
+            cells += [row.kind or "-", row.created or "-"]
         table.add_row(*(shown(cell) for cell in cells))
     console.print(table)

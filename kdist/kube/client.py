@@ -34,6 +34,7 @@ from kdist.kube.errors import (
     Transient,
     Unanswered,
     api_error,
+    not_kubernetes,
     not_the_api,
 )
 from kdist.kube.transport import Transport
@@ -52,6 +53,20 @@ class Cluster(Transport):
         super().__init__(configuration, request_timeout)
         self._served: dict[str, bool] = {}  # kind -> served, from discovery
         self._lock = threading.Lock()
+        self._kubernetes = False  # /version answered as the API server's does
+
+    def _check_kubernetes(self, e: HttpError) -> None:
+        """A 404 not in the API server's words (no Status body) may be a wrong URL or a
+        proxy, which answers every path so: ask /version once, and say that rather than
+        "no job" (ClusterError, exit 3) when it is no Kubernetes API server either."""
+        if e.status != 404 or e.status_object() or self._kubernetes:
+            return
+        from kdist.kube.verdict import ask_raw
+
+        code, answer = ask_raw(self, "GET", "/version", None, {})
+        if code != 200 or not isinstance(answer.get("gitVersion"), str):
+            raise not_kubernetes(self.server, code)
+        self._kubernetes = True
 
     @classmethod
     def connect(cls, opts: ClusterOptions, kubeconfig: KubeConfig | None = None) -> Cluster:
@@ -82,6 +97,7 @@ class Cluster(Transport):
         except HttpError as e:
             if transient and e.status in RETRYABLE_STATUS:
                 raise Transient(f"{e.status} {e.reason}") from None
+            self._check_kubernetes(e)
             error = api_error(e, action, self.server)
             raise MaybeDone(str(error)) if method == "POST" and e.status >= 500 else error \
                 from None

@@ -25,6 +25,15 @@ from kdist.kube import execplugin
 from kdist.kube.errors import redacted
 from kdist.shared.errors import ClusterError, UsageError
 from kdist.shared.names import namespace_problem
+from kdist.shared.spelling import option
+
+# The target (kubectl's global flags) is stdlib only, for the CLI to build without this module.
+from kdist.shared.target import (  # noqa: F401 (the names were here first)
+    DEFAULT_REQUEST_TIMEOUT,
+    REQUEST_TIMEOUT_ENV,
+    ClusterOptions,
+    parse_timeout,
+)
 
 DEFAULT_KUBECONFIG = "~/.kube/config"
 MAX_KUBECONFIG_BYTES = 4 << 20
@@ -34,40 +43,7 @@ MAX_TOKEN_BYTES = 1 << 20  # a bearer token file (a service account's is about 1
 _FILE_FIELDS = (("clusters", "cluster", "certificate-authority"),
                 ("users", "user", "client-certificate"), ("users", "user", "client-key"),
                 ("users", "user", "tokenFile"))
-#: Seconds one request may take, connection included, before the server counts as dead.
-DEFAULT_REQUEST_TIMEOUT = 15.0
-REQUEST_TIMEOUT_ENV = "KDIST_REQUEST_TIMEOUT"
 SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
-
-
-@dataclass(frozen=True)
-class ClusterOptions:
-    """Where to talk to, as kubectl's global flags say (None = the kubeconfig's default)."""
-
-    kubeconfig: str | None = None
-    context: str | None = None
-    namespace: str | None = None
-    request_timeout: float | None = None
-
-    def timeout(self) -> float:
-        """The per-request deadline: the option, else $KDIST_REQUEST_TIMEOUT, else 15 s."""
-        if self.request_timeout is not None:
-            return self.request_timeout
-        return parse_timeout(os.environ.get(REQUEST_TIMEOUT_ENV), REQUEST_TIMEOUT_ENV) \
-            or DEFAULT_REQUEST_TIMEOUT
-
-
-def parse_timeout(text: str | None, what: str) -> float | None:
-    """A positive, finite number of seconds (at most a day), or None when unset."""
-    if text is None or text == "":
-        return None
-    try:
-        value = float(text)
-    except ValueError:
-        raise UsageError(f"{what}: {text!r} is not a number of seconds") from None
-    if not (0 < value <= 86400):  # also refuses nan and inf
-        raise UsageError(f"{what}: {text!r} must be more than 0 and at most 86400 seconds")
-    return value
 
 
 def check_namespace(namespace: str, where: str) -> str:
@@ -91,7 +67,7 @@ class KubeConfig:
     def load(cls, opts: ClusterOptions, *, missing_ok: bool = False) -> KubeConfig | None:
         """Read the kubeconfig once; None only when `missing_ok` and there is none."""
         if opts.namespace is not None:
-            check_namespace(opts.namespace, "-n/--namespace")
+            check_namespace(opts.namespace, option("namespace"))
         path = opts.kubeconfig or os.environ.get("KUBECONFIG") or \
             os.path.expanduser(DEFAULT_KUBECONFIG)
         files = [p for p in path.split(os.pathsep) if p]
@@ -103,7 +79,8 @@ class KubeConfig:
                 return None
             if opts.kubeconfig:
                 raise UsageError(f"{path}: kubeconfig not found")
-            raise UsageError(f"{path}: no kubeconfig (give --kubeconfig or set KUBECONFIG)")
+            raise UsageError(f"{path}: no kubeconfig (give {option('kubeconfig')} or set "
+                             "KUBECONFIG)")
         docs = [_anchored(_read(p), p) for p in existing]
         doc = docs[0] if len(docs) == 1 else _merge(docs)
         namespace = _context_namespace(doc, opts.context, path)
@@ -207,7 +184,7 @@ def _merge(docs: list[dict[str, Any]]) -> dict[str, Any]:
 def _context_namespace(doc: dict[str, Any], context: str | None, path: str) -> str | None:
     name = context or doc.get("current-context")
     if not name:
-        raise UsageError(f"{path}: no current-context (give --context)")
+        raise UsageError(f"{path}: no current-context (give {option('context')})")
     for entry in doc.get("contexts") or []:
         if isinstance(entry, dict) and entry.get("name") == name:
             ctx = entry.get("context") or {}

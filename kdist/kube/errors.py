@@ -13,6 +13,7 @@ from typing import Any
 from kdist.shared import jsonread
 from kdist.shared.errors import ClusterError, JobNotFound, KdistError, OperatorMissing
 from kdist.shared.limits import MAX_ANSWER_BYTES
+from kdist.shared.spelling import option
 
 RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
 # scheme://user:password@ (or a bare user:password@ before a host): the part never printed.
@@ -116,8 +117,8 @@ def timed_out(server: str, what: object, request_timeout: float) -> ClusterError
     """A request that outlived its deadline (`kdist.kube.deadline`), `what` it was."""
     return Unreachable(
         f"the API server at {server} did not answer {f'{what} ' if what else ''}within "
-        f"{request_timeout:g}s (set --request-timeout or $KDIST_REQUEST_TIMEOUT for a slow "
-        "server)", "timeout")
+        f"{request_timeout:g}s (set {option('request_timeout')} or $KDIST_REQUEST_TIMEOUT "
+        "for a slow server)", "timeout")
 
 
 def unreachable(e: BaseException, server: str, request_timeout: float,
@@ -140,9 +141,20 @@ def unreachable(e: BaseException, server: str, request_timeout: float,
         # answer: the request was never sent).
         if what and not unsent(e) and why != "tls":
             return Unreachable(f"the API server at {server} did not answer {what}: "
-                               f"{' '.join(str(reason).split())}", why)
-    return Unreachable(f"cluster unreachable at {server}: {' '.join(str(reason).split())}",
-                       why)
+                               f"{_plain(reason)}", why)
+    return Unreachable(f"cluster unreachable at {server}: {_plain(reason)}", why)
+
+
+#: urllib3 starts some messages with the connection (or pool) it used, by an internal
+#: class name (`NotedHTTPSConnection(host='h', port=1): `, `<...NotedHTTPSConnection
+#: object at 0x7f...>: `): not for the user; the message names the server already.
+_OBJECT_REPR = re.compile(r"<[\w.]+ object at 0x[0-9a-fA-F]+>:?\s*"
+                          r"|\b[\w.]*Connection(?:Pool)?\(host=[^)]*\):?\s*")
+
+
+def _plain(reason: object) -> str:
+    """A transport failure's words on one line, without any Python object's repr."""
+    return " ".join(_OBJECT_REPR.sub("", str(reason)).split())
 
 
 def _why(e: BaseException) -> str:
@@ -202,6 +214,14 @@ def not_the_api(server: str, what: str, content_type: str,
                         "kubeconfig's server address")
 
 
+def not_kubernetes(server: str, code: int) -> ClusterError:
+    """/version answered `code`: the server is no Kubernetes API server (a wrong URL or
+    path, a proxy that answers 404 to everything)."""
+    return ClusterError(f"{server} did not answer as a Kubernetes API server ({code} on "
+                        "/version); check the kubeconfig's server address (a wrong URL or "
+                        "path, or a proxy in between)")
+
+
 def api_error(e: HttpError, action: Action, server: str) -> KdistError:
     """An HTTP error answer as the KdistError the user sees."""
     from kdist import backends
@@ -235,8 +255,8 @@ def api_error(e: HttpError, action: Action, server: str) -> KdistError:
                                f"{backend.kind.api_version} {backend.kind.kind} resource)")
     if e.status == 404 and details.get("kind") == "namespaces":
         return ClusterError(f"namespace {action.namespace} not found")
-    if e.status == 404:
-        return JobNotFound(f"no {action.resource} {action.name} {where}")
+    if e.status == 404:  # a list has no name: "no jobs in namespace x", one space
+        return JobNotFound(" ".join(filter(None, ["no", action.resource, action.name, where])))
     if e.status == 422:
         causes = [f"{c.get('field', '?')}: {c.get('message', '')}"
                   for c in details.get("causes") or []]

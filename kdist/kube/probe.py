@@ -17,14 +17,16 @@ from urllib.parse import quote
 
 from kdist.kube import kinds
 from kdist.kube.config import ClusterOptions, KubeConfig, resolve_namespace
-from kdist.kube.errors import Unreachable
+from kdist.kube.errors import Unreachable, not_kubernetes
 from kdist.kube.features import OPERATED, features, served_features
 from kdist.kube.verdict import FAIL, OK, SKIPPED, UNKNOWN, Ask, Verdict, ask_raw, brief, dig
 from kdist.rendering.addons import RULES
 from kdist.shared.errors import KdistError
+from kdist.shared.spelling import option
 
 #: The checks after the connection, in order: named as "skipped" when it fails.
-LATER = ("namespace", "access", *(b.name for b in OPERATED), "kueue", "restart rules")
+LATER = ("namespace", "access", *(b.name for b in OPERATED), "kueue", "gang",
+         "restart rules")
 #: Rules of kdist's Role asked about only where the cluster serves the resource.
 _NEEDS = {**{b.kind.plural: b.name for b in OPERATED}, "workloads": "kueue"}
 RBAC_FIX = ("an admin applies kdist's Role (manifests/rbac.yaml, namespace {ns}) and binds "
@@ -40,7 +42,7 @@ _UNREACHABLE_FIX = {
     "proxy": "the proxy in between failed: check $HTTPS_PROXY/$NO_PROXY or the kubeconfig's "
              "proxy-url",
     "timeout": "no answer in time: check the network path (firewall, VPN), or give a slow "
-               "server more with --request-timeout",
+               "server more with {request_timeout}",
 }
 
 
@@ -55,8 +57,8 @@ def check(opts: ClusterOptions) -> list[Verdict]:
         cfg = kubeconfig.configuration()
         ns = resolve_namespace(opts, None, kubeconfig)
     except KdistError as e:
-        fix = ("point --kubeconfig (or $KUBECONFIG) at your kubeconfig and --context at one "
-               "of its contexts (kubectl config get-contexts)")
+        fix = (f"point {option('kubeconfig')} (or $KUBECONFIG) at your kubeconfig and "
+               f"{option('context')} at one of its contexts (kubectl config get-contexts)")
         return [Verdict("kubeconfig", FAIL, str(e), fix), *_skipped("connection", "the "
                                                                     "kubeconfig")]
     cluster = Cluster(cfg, opts.timeout())
@@ -70,8 +72,15 @@ def check(opts: ClusterOptions) -> list[Verdict]:
         code, version = ask("GET", "/version")
     except KdistError as e:
         why = e.why if isinstance(e, Unreachable) else ""
-        fix = _UNREACHABLE_FIX.get(why, "check the kubeconfig's server address")
+        fix = _UNREACHABLE_FIX.get(why, "check the kubeconfig's server address").format(
+            request_timeout=option("request_timeout"))
         return [*verdicts, Verdict("connection", FAIL, str(e), fix), *_skipped("the connection")]
+    if code == 404:  # a wrong URL or a proxy: not eight FAILs of access after it
+        error = not_kubernetes(cluster.server, code)
+        return [*verdicts, Verdict("connection", FAIL, str(error),
+                                   "point the kubeconfig's server at the API server "
+                                   "(kubectl cluster-info shows it)"),
+                *_skipped("the connection")]
     shown = f" (Kubernetes {version['gitVersion']})" if code == 200 and isinstance(
         version.get("gitVersion"), str) else ""
     verdicts.append(Verdict("connection", OK, f"{cluster.server} answers{shown}"))

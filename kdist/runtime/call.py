@@ -47,7 +47,13 @@ def load(call: dict[str, Any]) -> Any:
     if source is not None:
         mod = types.ModuleType(MAIN_ALIAS)
         sys.modules[MAIN_ALIAS] = mod
-        exec(compile(source, "<kdist.train source>", "exec"), mod.__dict__)
+        # At its own file and line (the client sends where it sat): tracebacks name
+        # `fit.py:12`; the shipped file itself when it is here, so they show the line too.
+        where = call.get("source_file") or "<kdist.train source>"
+        if os.path.isfile(where):
+            where = os.path.abspath(where)
+        padded = "\n" * (int(call.get("line") or 1) - 1) + source
+        exec(compile(padded, where, "exec"), mod.__dict__)
     elif file is not None:
         name = MAIN_ALIAS if module == "__main__" else module
         spec = importlib.util.spec_from_file_location(name, Path(file).resolve())

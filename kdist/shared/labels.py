@@ -46,7 +46,7 @@ def is_reserved(key: str) -> bool:
 
 
 def selector(name: str) -> dict[str, str]:
-    """Labels that select every object and pod of job `name` (both backends)."""
+    """Labels that select every object and pod of job `name` (every backend)."""
     return {JOB_NAME: name}
 
 

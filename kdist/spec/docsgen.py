@@ -36,8 +36,9 @@ Every field of a `{KIND}` (`apiVersion: {API_VERSION}`), generated from the mode
 `kdist validate` checks against. In a terminal, `kdist explain spec.checkpoint` shows
 one field and its subfields. Editors that speak the YAML language server (VS Code's
 YAML extension, neovim's yamlls, JetBrains) complete and check job.yaml against
-[the JSON Schema](../kdist/spec/{SCHEMA_FILE}); `kdist init` writes the line that
-points them at it. The [user guide](user-guide.md) says how the fields work together.
+[the JSON Schema](../kdist/spec/{SCHEMA_FILE}): `kdist schema > {SCHEMA_FILE}` writes it
+beside a job file, whose first line (`kdist init` writes it) points them at it.
+The [user guide](user-guide.md) says how the fields work together.
 
 A type shown as a link is described once, at its first place; `[]X` is a list of X,
 `map[string]X` a map with string keys. Fields are optional unless marked required.

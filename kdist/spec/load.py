@@ -49,8 +49,23 @@ def advice(job: TrainingJob, *, local: bool = False) -> list[str]:
     return out
 
 
+#: The file name that means standard input, as kubectl's `-f -`.
+STDIN = "-"
+
+
+def source_name(path: str | os.PathLike[str]) -> str:
+    """How messages name a job file: `<stdin>` for "-"."""
+    return "<stdin>" if str(path) == STDIN else str(path)
+
+
 def load_job(path: str | Path) -> TrainingJob:
-    """Read and validate a job file; raise SpecError with every problem found."""
+    """Read and validate a job file ("-": standard input); raise SpecError with every
+    problem found."""
+    if str(path) == STDIN:
+        import sys
+
+        # A relative spec.workdir is then relative to the current directory.
+        return parse_job(sys.stdin.buffer.read(MAX_BYTES + 1), source=source_name(path))
     path = Path(path)
     try:
         data = read_bounded(path, MAX_BYTES)

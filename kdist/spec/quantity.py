@@ -29,6 +29,10 @@ _QUANTITY = re.compile(
 )
 
 
+#: The same grammar for a JSON Schema (editors flag `4GB` as `kdist validate` does).
+QUANTITY_PATTERN = _QUANTITY.pattern
+
+
 def parse_quantity(text: str) -> Decimal:
     """Return the quantity's value in base units; raise ValueError when malformed."""
     m = _QUANTITY.match(text)

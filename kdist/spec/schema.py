@@ -11,7 +11,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kdist.shared.errors import UsageError
+from kdist.shared.names import DNS1035_LABEL, DNS1123_LABEL, MAX_JOB_NAME
 from kdist.spec.model import TrainingJob
+from kdist.spec.quantity import QUANTITY_PATTERN
 
 API_VERSION = "kdist/v1alpha1"
 KIND = "TrainingJob"
@@ -23,8 +25,37 @@ EACH_DEFAULT = "each field's default"  # an object's default is its fields' defa
 def job_schema() -> dict[str, Any]:
     """The JSON Schema (draft-07, what yaml-language-server reads) of a job.yaml."""
     schema = _portable(TrainingJob.model_json_schema(by_alias=True, mode="validation"))
+    _add_patterns(schema["definitions"])
     return {"$schema": "http://json-schema.org/draft-07/schema#",
             "title": "kdist TrainingJob (job.yaml)", **schema}
+
+
+def _label(pattern: str, most: int) -> dict[str, Any]:
+    return {"pattern": f"^{pattern}$", "maxLength": most}
+
+
+#: What the model checks in its validators (code the schema cannot see), said again as
+#: patterns so an editor flags a bad name or quantity where `kdist validate` would:
+#: (definition, property) -> the keywords its string takes.
+_PATTERNS: dict[tuple[str, str], dict[str, Any]] = {
+    ("Metadata", "name"): _label(DNS1035_LABEL.pattern, MAX_JOB_NAME),
+    ("Metadata", "namespace"): _label(DNS1123_LABEL.pattern, 63),
+    ("PodVolume", "name"): _label(DNS1123_LABEL.pattern, 63),
+    **{("Resources", q): {"pattern": QUANTITY_PATTERN} for q in ("cpu", "memory", "shm")},
+    ("ScratchSource", "sizeLimit"): {"pattern": QUANTITY_PATTERN},
+}
+
+
+def _add_patterns(definitions: dict[str, Any]) -> None:
+    """Each pattern of _PATTERNS onto its property (the string branch of an anyOf); a
+    property that is gone from the model is an error here, not a pattern lost quietly."""
+    for (name, prop), keywords in _PATTERNS.items():
+        node = definitions[name]["properties"][prop]
+        branches = [b for b in node.get("anyOf", [node]) if "string" in (
+            b.get("type") if isinstance(b.get("type"), list) else [b.get("type")])]
+        if not branches:
+            raise ValueError(f"{name}.{prop}: no string in its schema to take a pattern")
+        branches[0].update(keywords)
 
 
 def schema_text() -> str:

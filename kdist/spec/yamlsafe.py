@@ -71,6 +71,18 @@ def _check_number(node: yaml.ScalarNode) -> None:
                              "quote it if it is text")
 
 
+def _documents(text: str) -> str:
+    """How many YAML documents `text` holds, by its events (aliases are not expanded);
+    "2 or more" when a later one is malformed."""
+    count = 0
+    try:
+        for event in yaml.parse(text, Loader=_Base):
+            count += isinstance(event, yaml.DocumentStartEvent)
+    except yaml.YAMLError:
+        return f"{max(count, 2)} or more"
+    return str(count)
+
+
 class YamlProblem(ValueError):
     """The text is not one small, well-formed YAML document."""
 
@@ -111,6 +123,9 @@ def load_document(data: bytes, *, max_bytes: int = MAX_BYTES) -> object:
         mark = e.problem_mark or e.context_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         problem = e.problem or e.context or ""
+        if "another document" in problem:  # `---` between two jobs: say so, not "invalid YAML"
+            raise YamlProblem(f"one TrainingJob per file (found {_documents(text)} "
+                              "documents); split them into one file each") from None
         if "nesting depth" in problem:  # PyYAML >= 6.0.4's own limit, met while scanning ahead
             raise YamlProblem(f"{where}document is nested deeper than {MAX_DEPTH} levels") from None
         raise YamlProblem(f"{where}invalid YAML: {problem}") from None

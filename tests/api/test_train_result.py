@@ -58,7 +58,7 @@ def run_fit(kubeconfig: Path) -> Any:
         return {}
 
     return kdist.Client(kubeconfig=kubeconfig).train(fit, nodes=2, name="demo", logs=False,
-                                                     timeout=30)
+                                                     timeout=30, image="kdist-train:dev-cpu")
 
 
 def test_the_value_comes_back_from_rank_0s_log_as_json(api, kubeconfig):

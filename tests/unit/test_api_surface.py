@@ -18,7 +18,7 @@ import pytest
 import kdist
 import kdist.api
 from kdist.api import shortcuts
-from kdist.api.client import Client
+from kdist.api.clients import Client
 from kdist.shared.errors import UsageError
 
 ROOT = Path(__file__).resolve().parents[2]

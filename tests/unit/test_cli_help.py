@@ -3,12 +3,13 @@ after the verb as before it."""
 
 from __future__ import annotations
 
+import click
 import pytest
 from click.testing import CliRunner
 
 from kdist.cli import main
 
-VERBS = sorted(main.commands)
+VERBS = main.list_commands(click.Context(main))  # the lazily loaded cluster verbs too
 GLOBALS = ("--kubeconfig", "--context", "-n, --namespace", "--request-timeout")
 
 

@@ -15,7 +15,6 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from kdist.api.explain import schema_modeline
 from kdist.cli import main
 from kdist.spec import docsgen
 from kdist.spec.schema import job_schema
@@ -84,17 +83,50 @@ def test_the_schema_takes_numbers_where_kdist_reads_their_text():
     assert list(VALIDATOR.iter_errors(doc)) == []
 
 
-def test_init_points_editors_at_the_shipped_schema(tmp_path):
-    job = tmp_path / "job.yaml"
-    assert CliRunner().invoke(main, ["init", str(job)]).exit_code == 0
+def _modeline_target(job: Path) -> Path:
     first = job.read_text().splitlines()[0]
-    assert first.startswith("# yaml-language-server: $schema=")
-    target = Path(first.split("=", 1)[1])
-    assert target.is_absolute()  # the schema is not below tmp_path
-    assert json.loads(target.read_text()) == job_schema()
+    assert first.startswith("# yaml-language-server: $schema="), first
+    target = first.split("=", 1)[1]
+    assert not os.path.isabs(target) and "site-packages" not in target, first
+    return job.parent / target
 
 
-def test_the_modeline_is_relative_below_the_job_file():
-    line = schema_modeline(ROOT)  # a checkout: the job file beside kdist/
-    assert line == "# yaml-language-server: $schema=kdist/spec/job.schema.json\n"
-    assert (ROOT / "kdist" / "spec" / "job.schema.json").is_file()
+def test_init_points_editors_at_a_schema_beside_the_job_file(tmp_path):
+    job = tmp_path / "job.yaml"
+    res = CliRunner().invoke(main, ["init", str(job)])
+    assert res.exit_code == 0 and "kdist schema >" in res.output, res.output
+    assert _modeline_target(job) == tmp_path / "./job.schema.json"
+    printed = CliRunner().invoke(main, ["init", "-"]).output
+    assert printed.splitlines()[0] == "# yaml-language-server: $schema=./job.schema.json"
+
+
+def test_kdist_schema_prints_the_schema_the_modeline_wants(tmp_path):
+    res = CliRunner().invoke(main, ["schema"])
+    assert res.exit_code == 0
+    assert json.loads(res.output) == job_schema()
+    assert res.output == (ROOT / "kdist" / "spec" / "job.schema.json").read_text()
+
+
+@pytest.mark.parametrize("example", sorted((ROOT / "examples").glob("*.yaml")),
+                         ids=lambda p: p.name)
+def test_every_example_points_at_the_committed_schema(example):
+    assert _modeline_target(example).resolve() == ROOT / "kdist" / "spec" / "job.schema.json"
+
+
+@pytest.mark.parametrize(("path", "value"), [
+    (("metadata", "name"), "Bad_Name"), (("metadata", "name"), "a" * 51),
+    (("metadata", "name"), "1abc"), (("metadata", "namespace"), "Team A"),
+    (("spec", "resources", "memory"), "4GB"), (("spec", "resources", "cpu"), "two"),
+    (("spec", "resources", "shm"), "-1Gi")])
+def test_the_schema_flags_a_bad_name_or_quantity_as_validate_does(path, value):
+    doc = _starter()
+    node = doc
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    assert list(VALIDATOR.iter_errors(doc)), f"{'.'.join(path)}: {value!r} passed the schema"
+    from kdist.shared.errors import SpecError
+    from kdist.spec import validate_job
+
+    with pytest.raises(SpecError):
+        validate_job(doc)

@@ -12,7 +12,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from kdist.api.plot import check_plot, plot_steps
+from kdist.api.drawing import check_plot, plot_steps
 from kdist.api.steps import Step
 from kdist.shared.errors import UsageError
 

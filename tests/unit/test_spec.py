@@ -136,7 +136,7 @@ def test_every_problem_reported_at_once():
         (b"a: [1, 2\n", "invalid YAML"),
         (b"\x00\x01\x02binary", "binary"),
         (b"\xff\xfe\xfa not utf8", "UTF-8"),
-        (b"a: 1\n---\nb: 2\n", "invalid YAML"),
+        (b"a: 1\n---\nb: 2\n", "one TrainingJob per file (found 2 documents)"),
         (b"a: 1\na: 2\n", "duplicate key 'a'"),
         (b"a: &x [*x]\n", "recursive"),
         (b"[" * 5000 + b"]" * 5000, "nested deeper"),

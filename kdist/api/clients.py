@@ -222,7 +222,7 @@ class Client:
     def plot(self, name: str, file: PathLike) -> int:
         """Draw job `name`'s loss and samples/s per rank over steps into `file` (.png or
         .svg), restarts marked; the points drawn. Needs matplotlib (`kdist[plot]`)."""
-        from kdist.api.plot import check_plot, plot_steps
+        from kdist.api.drawing import check_plot, plot_steps
         from kdist.api.steps import read_metrics
 
         checks.name(name)
@@ -276,8 +276,9 @@ class Client:
 
     def list_jobs(self, *, all_namespaces: bool = False,
                   selector: str = "") -> list[JobSummary]:
-        """kdist's jobs of both backends in the namespace (or in all); with a label
-        `selector` (as kubectl's -l), only those it matches."""
+        """kdist's jobs of every backend (Indexed Jobs, JobSets, PyTorchJobs) in the
+        namespace (or in all); with a label `selector` (as kubectl's -l), only those it
+        matches."""
         from kdist.shared.selectors import SelectorProblem, check_selector
 
         checks.flag(all_namespaces, "all_namespaces")
@@ -304,7 +305,8 @@ class Client:
         `.tolist()` or `.item()`) fails the job, naming where it sits in the value.
         `args`: a script's argument strings, or a function's arguments (a list, or a dict
         of keywords; JSON values). `workdir`: what to ship (default: the directory of
-        the function's file, or of the script). `local=True` runs it here as
+        the function's file, or of the script). `image`: required on a cluster (or
+        `spec={"image": ...}`). `local=True` runs it here as
         `kdist run --local` does (every node a process group). `logs`: print the ranks'
         lines as `[rank N] ...`. `resources`, `spec`: spec fields (default 1 CPU, 2Gi
         per pod, gloo). An exception on a rank raises JobFailed naming it; `timeout`
@@ -320,6 +322,12 @@ class Client:
         checks.flag(local, "local")
         checks.flag(logs, "logs")
         timeout = checks.seconds(timeout, "timeout")
+        if not local and image is None and "image" not in (spec or {}):
+            # No default is right for every cluster: kdist's own dev image exists only
+            # where `make image` loaded it. A local run needs none.
+            raise UsageError("image: train() on a cluster needs image= (an image with "
+                             "torch and kdist, e.g. one built from image/Dockerfile), or "
+                             "spec={'image': ...}; local=True needs none")
         return train(self._conn, call, local=local, timeout=timeout, logs=logs)
 
     # Last: inside the class body `list` would otherwise shadow the builtin in annotations.
