@@ -81,6 +81,8 @@ def _torch_modules() -> int:
                   env=clean_env(), timeout=60).err
     names = {line.rsplit("|", 1)[-1].strip() for line in err.splitlines()
              if line.startswith("import time:")}
+    if not names:  # else a table read from the wrong stream would count 0 torch modules
+        raise BenchError(f"-X importtime printed no table on stderr:\n{err[-2000:]}")
     return sum(1 for n in names if n == "torch" or n.startswith("torch."))
 
 
