@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 
 from kdist.runtime.plan import LaunchPlan
-from kdist.runtime.store import MiniStore, StoreClient, listen
+from kdist.runtime.store import MiniStore, StoreClient, allow_many_connections, listen
 from kdist.runtime.watchdog import RESTART_KEY
 from kdist.shared.errors import LaunchError
 
@@ -67,6 +67,7 @@ def bind(plan: LaunchPlan, wait_s: float = BIND_WAIT_S,
     """
     if plan.node_rank != 0:
         return None
+    allow_many_connections()  # a connection per node here, one per rank in rank 0's worker
     deadline = clock() + wait_s
     told = False
     while True:
