@@ -100,11 +100,14 @@ class _Proc:
             kill_session(self.proc)
 
 
-def one_round(n: int) -> dict[str, dict[str, float]]:
+def one_round(n: int, phases: tuple[str, ...] = PHASES,
+              libuv: int | None = None) -> dict[str, dict[str, float]]:
     """Every protocol once at ``n`` nodes: per protocol its seconds, node 0's CPU seconds,
-    queries and connections per node; and node 0's peak RSS."""
+    queries and connections per node; and node 0's peak RSS. ``libuv`` (0 or 1): torch's
+    TCPStore serves node 0's side instead, as in rank 0's worker (``progress`` only)."""
     port = free_port()
-    lead = _Proc(["lead", str(n), str(port)])
+    lead = _Proc(["lead", str(n), str(port)] if libuv is None else
+                 ["torchlead", str(n), str(port), str(libuv)])
     others = []
     try:
         lead.read()
@@ -115,7 +118,7 @@ def one_round(n: int) -> dict[str, dict[str, float]]:
         for p in others:
             p.read()
         out: dict[str, dict[str, float]] = {}
-        for phase in PHASES:
+        for phase in phases:
             lead.send(f"prep {phase}")
             lead.read()
             t = time.monotonic() + START_S
@@ -125,7 +128,7 @@ def one_round(n: int) -> dict[str, dict[str, float]]:
             lead.send(f"end {phase}")
             led = lead.read()
             problems = [e for j in joined for e in j["errors"]]
-            if problems:
+            if problems and libuv is None:
                 raise BenchError(f"{phase} at {n} nodes: {problems[0]}")
             if phase in ("rendezvous", "restart"):
                 values = {v for j in joined for v in j["values"]} | {str(led["agreed"])}
@@ -135,33 +138,38 @@ def one_round(n: int) -> dict[str, dict[str, float]]:
             out[phase] = {"s": max([led["done"], *(j["done"] for j in joined)]) - t,
                           "cpu_s": led["cpu_s"], "queries": led["queries"] / (n - 1),
                           "connections": led["connections"] / (n - 1),
-                          "rss_mib": led["rss_kib"] / 1024}
+                          "rss_mib": led["rss_kib"] / 1024,
+                          "failed": sum(j["failed"] for j in joined)}
         return out
     finally:
         for p in (*others, lead):
             p.close()
 
 
-def measure(sizes: list[int], rounds: int, say: Any) -> dict[int, dict[str, dict[str, float]]]:
+def measure(sizes: list[int], rounds: int, say: Any,
+            libuv: int | None = None) -> dict[int, dict[str, dict[str, float]]]:
     """Per N and protocol, the median of ``rounds`` rounds of each measure."""
+    phases = PHASES if libuv is None else ("progress",)
     got: dict[int, list[dict[str, dict[str, float]]]] = {n: [] for n in sizes}
     for r in range(rounds):
         for n in sizes:  # every size in each round: they see the same conditions
-            got[n].append(one_round(n))
+            got[n].append(one_round(n, phases, libuv))
             say(f"   round {r + 1}, {n} nodes: " + ", ".join(
-                f"{p} {got[n][-1][p]['s']:.2f}s" for p in PHASES))
+                f"{p} {got[n][-1][p]['s']:.2f}s" for p in phases))
     return {n: {p: {k: statistics.median(x[p][k] for x in runs) for k in runs[0][p]}
-                for p in PHASES} for n, runs in got.items()}
+                for p in phases} for n, runs in got.items()}
 
 
 def table(n: int, figures: dict[str, dict[str, float]]) -> str:
-    rows = [f"N = {n} (node 0's peak RSS {figures['barrier']['rss_mib']:.0f} MiB)",
-            "| protocol | time (s) | node 0 CPU (s) | queries per node | connections per node |",
-            "| --- | --- | --- | --- | --- |"]
-    for p in PHASES:
-        f = figures[p]
-        rows.append(f"| {TITLES[p]} | {f['s']:.3f} | {f['cpu_s']:.3f} | {f['queries']:.1f} "
-                    f"| {f['connections']:.1f} |")
+    rss = max(f["rss_mib"] for f in figures.values())
+    rows = [f"N = {n} (node 0's peak RSS {rss:.0f} MiB)",
+            "| protocol | time (s) | node 0 CPU (s) | queries per node | connections per node "
+            "| nodes failed |", "| --- | --- | --- | --- | --- | --- |"]
+    for p, f in figures.items():
+        counted = (f"{f['queries']:.1f} | {f['connections']:.1f}" if f["connections"] else
+                   "not counted | not counted")  # torch's store: not counted
+        rows.append(f"| {TITLES[p]} | {f['s']:.3f} | {f['cpu_s']:.3f} | {counted} "
+                    f"| {f['failed']:.0f} |")
     return "\n".join(rows)
 
 
@@ -204,12 +212,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sizes", default=",".join(map(str, SIZES)),
                    help="numbers of nodes, comma-separated (default %(default)s)")
     p.add_argument("--rounds", type=int, default=3, help="rounds; medians are shown")
+    p.add_argument("--torch-store", choices=("libuv", "classic"),
+                   help="node 0 as while its workers run: torch's TCPStore (libuv's, or the "
+                        "classic one of USE_LIBUV=0) served by kdist's worker hook; only the "
+                        "watchdog tick")
     args = p.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     if hard != resource.RLIM_INFINITY and hard < max(sizes) + 100:
         p.error(f"the hard limit on open files is {hard}: too few for {max(sizes)} nodes")
-    medians = measure(sizes, args.rounds, lambda line: print(line, file=sys.stderr, flush=True))
+    libuv = None if args.torch_store is None else int(args.torch_store == "libuv")
+    medians = measure(sizes, args.rounds, lambda line: print(line, file=sys.stderr, flush=True),
+                      libuv)
     for n in sizes:
         print(table(n, medians[n]) + "\n")
     return 0

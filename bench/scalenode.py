@@ -124,6 +124,33 @@ def lead(nnodes: int, port: int) -> None:
     listener.close()
 
 
+def torch_lead(nnodes: int, port: int, libuv: int) -> None:
+    """Node 0 while its workers run: rank 0's worker serves torch's own TCPStore on the
+    master port (kdist's worker hook, ``serve_store``, the real code), libuv's or the
+    classic one (``USE_LIBUV=0``, a torch built without libuv); only ``progress``."""
+    from kdist.runtime.sitehook import sitecustomize
+
+    S.allow_many_connections()
+    listener = R.bind(plan_of(nnodes, 0, port))
+    assert listener is not None
+    sitecustomize.serve_store(listener.fileno(), {
+        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "KDIST_PG_TIMEOUT": "120",
+        "USE_LIBUV": str(libuv)})
+    state: dict[str, Any] = {}
+    say(ready=True, rss_kib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+    for line in sys.stdin:
+        word, phase, *rest = line.split()
+        if word == "prep":
+            state.update(cpu0=_cpu())
+            say(prepped=phase)
+        elif word == "go":
+            state["done"] = float(rest[0])
+        else:
+            say(phase=phase, cpu_s=_cpu() - state["cpu0"],
+                rss_kib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+                queries=0, connections=0, done=state["done"], agreed=None)
+
+
 def _cpu() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
@@ -173,7 +200,7 @@ def join(nnodes: int, port: int, first: int, last: int) -> None:
     finished = threading.Semaphore(0)
 
     def node(plan: LaunchPlan) -> None:
-        for _ in PHASES:
+        while True:
             go.wait()
             phase, t = current["phase"], current["t"]
             try:
@@ -204,12 +231,13 @@ def join(nnodes: int, port: int, first: int, last: int) -> None:
         previous.set()
         say(phase=phase, done=max(r[0] for r in results),
             values=sorted({str(r[1]) for r in results}),
-            errors=[r[2] for r in results if r[2]][:3])
+            errors=[r[2] for r in results if r[2]][:3], failed=sum(1 for r in results if r[2]))
 
 
 def main(argv: list[str]) -> int:
     role, numbers = argv[0], [int(a) for a in argv[1:]]
-    roles: dict[str, Callable[..., None]] = {"lead": lead, "join": join}
+    roles: dict[str, Callable[..., None]] = {"lead": lead, "join": join,
+                                         "torchlead": torch_lead}
     roles[role](*numbers)
     return 0
 
