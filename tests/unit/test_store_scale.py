@@ -98,3 +98,41 @@ def test_a_wait_is_answered_when_its_last_key_is_set_from_either_side():
         other.close()
         store.stop()
         listener.close()
+
+
+class _Counting(MiniStore):
+    accepted = 0
+
+    def _accept(self) -> None:
+        before = len(self._conns)
+        super()._accept()
+        _Counting.accepted += len(self._conns) - before
+
+
+def test_a_node_in_the_exit_barrier_keeps_one_connection_while_rank_0s_store_serves():
+    """While rank 0's worker still serves its store (here a store without the barrier's
+    key), a node whose workers are done waits there on one connection, not a new one
+    every half second (N nodes' polls, each a connection torch's server resolves the
+    name of); once node 0's launcher serves the barrier, it reports at once."""
+    port = free_port()
+    plans = [plan(nodes=2, procs=1, node=i, port=port, KDIST_RDZV_TIMEOUT="20")
+             for i in range(2)]
+    listener = R.bind(plans[0])
+    assert listener is not None
+    rank0 = _Counting(listener).start()
+    said: list[str] = []
+    node1 = threading.Thread(target=lambda: said.append(R.ExitBarrier(plans[1], None).wait(20)))
+    lead = R.ExitBarrier(plans[0], listener)
+    try:
+        node1.start()
+        time.sleep(2.0)
+        rank0.stop()  # rank 0's worker exited
+        assert _Counting.accepted == 1
+        lead.serve()
+        node1.join(timeout=10)
+        assert said == [""]
+        assert lead.wait(5.0) == ""
+    finally:
+        rank0.stop()
+        lead.stop()
+        listener.close()
