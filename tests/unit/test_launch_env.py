@@ -301,7 +301,7 @@ def test_wait_times_out_on_a_name_that_never_resolves():
 
 
 def test_local_runs_keep_checkpoints_in_the_working_directory(tmp_path):
-    from kdist.local import local_checkpoint_dir
+    from kdist.local.state import local_checkpoint_dir
     from kdist.spec import validate_job
     from tests.unit.helpers import spec_with
 
