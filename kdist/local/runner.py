@@ -133,8 +133,8 @@ def local_workspace(job: Any, code: Any, cwd: Path) -> Path:
     """
     import base64
 
-    from kdist.launch_code import UnpackError, unpack
     from kdist.rendering.code_configmaps import to_configmaps
+    from kdist.runtime.workdir import UnpackError, unpack
 
     state = state_dir(job.metadata.name, cwd)
     parts, workspace = state / "code", state / "workspace"

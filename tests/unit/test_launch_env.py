@@ -1,4 +1,4 @@
-"""kdist.launch's pure parts: env -> LaunchPlan, argv, the master wait. No processes."""
+"""kdist.runtime.launch's pure parts: env -> LaunchPlan, argv, the master wait. No processes."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kdist.launch import (
+from kdist.runtime.launch import (
     LaunchError,
     LaunchPlan,
     _cause,

@@ -14,7 +14,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
-from kdist import backends, launch_code
+from kdist import backends
 from kdist.kube import kinds
 from kdist.kube.client import Cluster
 from kdist.kube.sources import wait_gone
@@ -22,6 +22,7 @@ from kdist.kube.tracker import Tracker
 from kdist.rendering import addons, render, with_backend
 from kdist.rendering.code_configmaps import CHUNK_BYTES
 from kdist.rendering.workdir import WorkdirError, pack, pack_workdir
+from kdist.runtime import workdir as launch_code
 from kdist.shared import env as E
 from kdist.shared import labels as L
 from kdist.shared.errors import LaunchError, SpecError
