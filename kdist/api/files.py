@@ -45,7 +45,7 @@ def load_file(file: str, namespace: str | None = None, backend: str | None = Non
     from kdist.spec.load import source_name
 
     if namespace is not None:
-        from kdist.kube.config import check_namespace
+        from kdist.kube.connect.config import check_namespace
         from kdist.shared.spelling import option
 
         check_namespace(namespace, option("namespace"))

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from kdist.cli.progress import ledger_lines
-from kdist.kube.tracker import Tracker
+from kdist.kube.watch.tracker import Tracker
 from kdist.local.ledger import LocalLedger
 from kdist.shared import exitcodes
 from kdist.shared.ledger import InProcess, Ledger, in_process_line, in_process_restart

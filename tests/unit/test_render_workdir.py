@@ -17,8 +17,8 @@ import pytest
 from kdist import backends
 from kdist.kube import kinds
 from kdist.kube.client import Cluster
-from kdist.kube.sources import wait_gone
-from kdist.kube.tracker import Tracker
+from kdist.kube.watch.sources import wait_gone
+from kdist.kube.watch.tracker import Tracker
 from kdist.rendering import addons, render, with_backend
 from kdist.rendering.code_configmaps import CHUNK_BYTES
 from kdist.rendering.workdir import WorkdirError, pack, pack_workdir
@@ -296,7 +296,7 @@ def test_delete_removes_code_configmaps_that_nothing_owns(tmp_path):
 
 def test_delete_waits_for_configmaps_too(monkeypatch):
     watched: list[str] = []
-    monkeypatch.setattr("kdist.kube.reflector.wait_empty",
+    monkeypatch.setattr("kdist.kube.watch.reflector.wait_empty",
                         lambda source, timeout, **_: watched.append(source.kind.plural))
     wait_gone(FakeCluster([]), "unit-job", "ml", 5)
     assert "configmaps" in watched

@@ -208,7 +208,7 @@ def test_the_bootstrap_runs_the_launcher_from_the_zip(tmp_path):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_status_says_the_runtime_was_shipped_and_which(backend):
-    from kdist.kube.tracker import Tracker
+    from kdist.kube.watch.tracker import Tracker
 
     for image, shipped in ((BARE, True), ("kdist-train:dev-cpu", False)):
         obj = render(job_with(**{"spec.image": image, "spec.backend": backend}))[0]

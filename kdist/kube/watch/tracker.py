@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from kdist.kube.objects import (
+from kdist.kube.watch.objects import (
     CONFIG_ERROR_REASONS,
     DELETED,
     FAILED,
@@ -35,7 +35,7 @@ from kdist.kube.objects import (
     terminal_condition,
     workload_state,
 )
-from kdist.kube.state import Failure, JobState, RankState
+from kdist.kube.watch.state import Failure, JobState, RankState
 from kdist.shared import exitcodes, facts
 from kdist.shared.ledger import ANNOTATION as LEDGER
 from kdist.shared.ledger import Ledger, in_process_restart

@@ -1,6 +1,6 @@
 """What kdist knows of a job while it follows it: per rank, its failures, its queue.
 
-`kdist.kube.tracker.Tracker` fills these in from API events and log lines.
+`kdist.kube.watch.tracker.Tracker` fills these in from API events and log lines.
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from kdist.kube.objects import DELETED
+from kdist.kube.watch.objects import DELETED
 from kdist.shared import exitcodes
 from kdist.shared.terminal import escape
 
