@@ -166,7 +166,7 @@ def follow(cluster: Cluster, job: dict[str, Any], observer: Observer, *, logs: b
 
     meta = job["metadata"]
     tracker = Tracker(meta["name"], meta["namespace"])
-    first = tracker.job_event("ADDED", job)  # its notes: said once, here (kube.tracker)
+    first = tracker.job_event("ADDED", job)  # its notes: said once, here (kube.watch.tracker)
     sources = job_sources(cluster, job)
     session = Session(tracker, sources, logs=logs, tail=tail, ranks=ranks)
     deadline = time.monotonic() + timeout if timeout else None

@@ -70,10 +70,10 @@ class JobState:
     code: str = ""  # sha256 of the shipped workdir (spec.workdir), "" when none was
     runtime: str = ""  # sha256 of the shipped runtime (spec.runtime), "" for the image's
     max_restarts: int | None = None  # spec.distributed.maxRestarts (from the pods' env)
-    # "inPlace" | "recreate": what the job's pod template says (kube.objects.restart_mode_of)
+    # "inPlace" | "recreate": what the job's pod template says (kube.watch.objects.restart_mode_of)
     restart_mode: str = ""
-    # A native gang (distributed.gang): its PodGroup (kube.objects.gang_of), "" when none;
-    # the scheduler's verdict on it (kube.objects.gang_state) and minCount, once read.
+    # A native gang (distributed.gang): its PodGroup (kube.watch.objects.gang_of), "" when none;
+    # the scheduler's verdict on it (kube.watch.objects.gang_state) and minCount, once read.
     gang: str = ""
     # "" (not read) | waiting | unschedulable | placed | unreadable (gang_message: why)
     gang_status: str = ""
