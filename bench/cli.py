@@ -72,19 +72,22 @@ def compile_kdist() -> None:
 
 
 def _wall(cmd: list[str]) -> float:
-    return run_cmd(cmd, env=clean_env(), timeout=60)[2]
+    return run_cmd(cmd, env=clean_env(), timeout=60).wall
 
 
 def _torch_modules() -> int:
-    _, out, _ = run_cmd([PYTHON, "-X", "importtime", "-m", "kdist", "render", EXAMPLE],
-                        env=clean_env(), timeout=60)
-    names = {line.rsplit("|", 1)[-1].strip() for line in out.splitlines()
+    # -X importtime writes its table on stderr (stdout is the rendered YAML).
+    err = run_cmd([PYTHON, "-X", "importtime", "-m", "kdist", "render", EXAMPLE],
+                  env=clean_env(), timeout=60).err
+    names = {line.rsplit("|", 1)[-1].strip() for line in err.splitlines()
              if line.startswith("import time:")}
+    if not names:  # else a table read from the wrong stream would count 0 torch modules
+        raise BenchError(f"-X importtime printed no table on stderr:\n{err[-2000:]}")
     return sum(1 for n in names if n == "torch" or n.startswith("torch."))
 
 
 def _render_many(n: int) -> float:
-    _, out, _ = run_cmd([PYTHON, "-m", "bench.render_many", str(n)], env=clean_env(), timeout=300)
+    out = run_cmd([PYTHON, "-m", "bench.render_many", str(n)], env=clean_env(), timeout=300).out
     recs = [r for r in parse_records(out) if r["event"] == "render"]
     if not recs:
         raise BenchError(f"bench.render_many printed no result:\n{out[-2000:]}")

@@ -72,7 +72,7 @@ def _probe() -> dict:
     code = ("import json, torch; ok = torch.cuda.is_available(); print(json.dumps({'ok': ok, "
             "'n': torch.cuda.device_count() if ok else 0, "
             "'name': torch.cuda.get_device_name(0) if ok else ''}))")
-    _, out, _ = run_cmd([PYTHON, "-c", code], env=clean_env(), timeout=120)
+    out = run_cmd([PYTHON, "-c", code], env=clean_env(), timeout=120).out
     return json.loads(out.strip().splitlines()[-1])
 
 

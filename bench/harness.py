@@ -123,7 +123,29 @@ def free_port() -> int:
 class Run:
     records: list[dict[str, Any]]
     wall: float
-    output: str
+    output: str  # stdout, where the JSON lines are
+    err: str = ""  # stderr: for messages only
+
+
+@dataclass(frozen=True)
+class Done:
+    """A finished command. `out` is its stdout alone, the only stream a benchmark parses:
+    a warning or a traceback on stderr (`err`) must never land in YAML, JSON or a line
+    being matched. `err` is kept for messages."""
+
+    rc: int
+    out: str
+    err: str
+    wall: float
+
+
+def failure(cmd: Sequence[str], why: str, out: str, err: str) -> BenchError:
+    """A BenchError naming `cmd` and what went wrong, with the last lines of each stream."""
+    parts = [f"{shlex.join(cmd)} {why}"]
+    for name, text in (("stderr", err), ("stdout", out)):
+        if text and text.strip():
+            parts.append(f"--- its {name}, last lines:\n{tail(text)}")
+    return BenchError("\n".join(parts))
 
 
 def parse_records(text: str) -> list[dict[str, Any]]:
@@ -149,43 +171,53 @@ def parse_records(text: str) -> list[dict[str, Any]]:
 
 
 def run_cmd(cmd: Sequence[str], *, env: dict[str, str] | None = None, timeout: float = 300,
-            cwd: Path = REPO, check: bool = True) -> tuple[int, str, float]:
-    """Run `cmd` in its own session; (exit code, stdout+stderr, seconds).
+            cwd: Path = REPO, check: bool = True) -> Done:
+    """Run `cmd` in its own session, its stdout and stderr apart (`Done`).
 
     On timeout the whole session is killed (launchers' workers included) and
     BenchError raised; a non-zero exit raises BenchError when `check`.
     """
     started = time.perf_counter()
     proc = subprocess.Popen(list(cmd), env=env, cwd=cwd, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     try:
-        out, _ = proc.communicate(timeout=timeout)
+        out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         kill_session(proc)
-        out, _ = proc.communicate()
-        raise BenchError(f"{shlex.join(cmd)} ran past {timeout:.0f}s:\n{tail(out)}") from None
+        out, err = proc.communicate()
+        raise failure(cmd, f"ran past {timeout:.0f}s", out, err) from None
     except BaseException:  # Ctrl-C: its own session does not get the SIGINT
         kill_session(proc)
         raise
     wall = time.perf_counter() - started
     if check and proc.returncode != 0:
-        raise BenchError(f"{shlex.join(cmd)} exited {proc.returncode}:\n{tail(out)}")
-    return proc.returncode, out, wall
+        raise failure(cmd, f"exited {proc.returncode}", out, err)
+    return Done(proc.returncode, out, err, wall)
 
 
 def run_lines(cmd: Sequence[str], *, env: dict[str, str] | None = None, timeout: float = 300,
               cwd: Path = REPO) -> tuple[list[tuple[float, str]], float]:
-    """Run `cmd`, stamping each output line with the seconds since the start.
+    """Run `cmd`, stamping each line of its stdout with the seconds since the start.
 
-    ([(seconds, line)], wall seconds); BenchError on a non-zero exit or timeout.
+    ([(seconds, line)], wall seconds); stderr is read beside it (so a chatty
+    stderr cannot block the command) and shown only in the BenchError raised
+    on a non-zero exit or timeout.
     """
     started = time.perf_counter()
     proc = subprocess.Popen(list(cmd), env=env, cwd=cwd, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     timer = threading.Timer(timeout, kill_session, args=(proc,))
     timer.start()
+    err: list[str] = []
+
+    def drain() -> None:
+        assert proc.stderr is not None
+        err.append(proc.stderr.read())
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
     lines = []
     try:
         assert proc.stdout is not None
@@ -197,11 +229,11 @@ def run_lines(cmd: Sequence[str], *, env: dict[str, str] | None = None, timeout:
         raise
     finally:
         timer.cancel()
+        reader.join(timeout=5)
     wall = time.perf_counter() - started
     if proc.returncode != 0:
-        out = "\n".join(text for _, text in lines)
         why = f"ran past {timeout:.0f}s" if wall >= timeout else f"exited {proc.returncode}"
-        raise BenchError(f"{shlex.join(cmd)} {why}:\n{tail(out)}")
+        raise failure(cmd, why, "\n".join(text for _, text in lines), "".join(err))
     return lines, wall
 
 
@@ -214,9 +246,9 @@ def kill_session(proc: subprocess.Popen[Any]) -> None:
 
 def run_json(cmd: Sequence[str], *, env: dict[str, str] | None = None,
              timeout: float = 300) -> Run:
-    """Run `cmd` to the end and return its JSON log records."""
-    _, out, wall = run_cmd(cmd, env=env, timeout=timeout)
-    return Run(parse_records(out), wall, out)
+    """Run `cmd` to the end and return its JSON log records (from its stdout)."""
+    done = run_cmd(cmd, env=env, timeout=timeout)
+    return Run(parse_records(done.out), done.wall, done.out, done.err)
 
 
 def tail(text: str, lines: int = 15) -> str:
@@ -239,7 +271,8 @@ def steady_rate(run: Run, field_name: str = "samples_per_s", *, rank: int = 0,
              if r.get("event") == "step" and r.get("rank", 0) == rank and field_name in r]
     steady = rates[skip:]
     if not steady or min(steady) <= 0:
-        raise BenchError(f"no steady {field_name} lines (got {rates}):\n{tail(run.output)}")
+        raise BenchError(f"no steady {field_name} lines (got {rates}):\n{tail(run.output)}"
+                         + (f"\n--- its stderr, last lines:\n{tail(run.err)}" if run.err else ""))
     return max(steady) if best else statistics.harmonic_mean(steady)
 
 

@@ -58,6 +58,8 @@ def one_run(root: str, pin: bool = False) -> tuple[float, float]:
     argv = [sys.executable, "-m", "kdist.launch", "--module", "kdist.workloads.ddp", "--", *ARGS]
     started = time.monotonic()
     cpus = sorted(os.sched_getaffinity(0))
+    # Both streams in one, as a pod's log has them: only a step line is looked for, and the
+    # first line of either stream is the container's first line.
     procs = [subprocess.Popen(argv, env=node_env(root, node, port), stdin=subprocess.DEVNULL,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               start_new_session=True, cwd=root,

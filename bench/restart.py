@@ -93,7 +93,7 @@ class Job:
 
     def pod(self, rank: int) -> dict[str, Any] | None:
         sel = f"kdist.dev/job-name={self.name},batch.kubernetes.io/job-completion-index={rank}"
-        _, out, _ = run_cmd([*self.base, "get", "pods", "-l", sel, "-o", "json"], timeout=30)
+        out = run_cmd([*self.base, "get", "pods", "-l", sel, "-o", "json"], timeout=30).out
         pods = [p for p in json.loads(out)["items"] if not p["metadata"].get("deletionTimestamp")]
         return max(pods, key=lambda p: p["metadata"]["creationTimestamp"], default=None)
 
@@ -102,10 +102,10 @@ class Job:
         pod = self.pod(rank)
         if pod is None:
             return []
-        rc, log, _ = run_cmd([*self.base, "logs", pod["metadata"]["name"], "-c", "pytorch",
-                              "--timestamps"], timeout=30, check=False)
+        done = run_cmd([*self.base, "logs", pod["metadata"]["name"], "-c", "pytorch",
+                        "--timestamps"], timeout=30, check=False)
         out = []
-        for line in log.splitlines() if rc == 0 else []:
+        for line in done.out.splitlines() if done.rc == 0 else []:
             stamp, _, text = line.partition(" ")
             if '"event": "step"' in text:
                 try:
@@ -142,9 +142,9 @@ def _kill_to_resumed(kc: str, ns: str, tmp: Path, name: str, nodes: int, mode: s
             victim = job.pod(1)
             if victim is None:
                 raise BenchError(f"job {name}: no pod of rank 1")
-            _, out, _ = run_cmd([*job.base, "exec", victim["metadata"]["name"], "-c",
-                                 "pytorch", "--", "python", "-c", KILL], timeout=60)
-            said = re.search(r"^killed ([0-9.]+)$", out, re.M)  # kubectl's own noise aside
+            out = run_cmd([*job.base, "exec", victim["metadata"]["name"], "-c",
+                           "pytorch", "--", "python", "-c", KILL], timeout=60).out
+            said = re.search(r"^killed ([0-9.]+)$", out, re.M)
             if said is None:
                 raise BenchError(f"job {name}: no worker killed: {out!r}")
             killed = float(said.group(1))
@@ -160,7 +160,7 @@ def _kill_to_resumed(kc: str, ns: str, tmp: Path, name: str, nodes: int, mode: s
 def run(ctx: Ctx) -> dict[str, Measured]:
     api = kube.connect()
     kc = str(kube.kubeconfig())
-    _, out, _ = run_cmd(["kubectl", "--kubeconfig", kc, "get", "nodes", "-o", "json"], timeout=30)
+    out = run_cmd(["kubectl", "--kubeconfig", kc, "get", "nodes", "-o", "json"], timeout=30).out
     cpus = sum(float(parse_quantity(n["status"]["allocatable"]["cpu"]))
                for n in json.loads(out)["items"])
     room_for_4 = cpus >= 4 * float(parse_quantity(CPU)) + 0.2

@@ -4,8 +4,11 @@ Each benchmark prints its progress on stderr; the figures go to
 bench/results.json (merged: a run of some benchmarks keeps the others'
 last figures) and the table between the markers in bench/README.md is
 regenerated from that file. A benchmark that cannot run here (no cluster,
-no GPU, a kdist verb not there yet) records why, in one line, instead of
-figures.
+no kubectl, no GPU) records why, in one line, instead of figures. A
+benchmark that fails (a command exits non-zero, its output is not what was
+expected, a bug) keeps its last figures; the others still run, and the run
+then exits 1, naming each failed benchmark, its figures and the error's last
+lines.
 """
 
 from __future__ import annotations
@@ -16,9 +19,10 @@ import json
 import sys
 import time
 import traceback
+from dataclasses import dataclass
 from typing import Any
 
-from bench.harness import BENCH, BenchError, Ctx, Measured, Skip, machine_info, record
+from bench.harness import BENCH, BenchError, Ctx, Measured, Skip, machine_info, record, tail
 
 # name -> module; the order is the order they run in (cheap first).
 BENCHMARKS = {
@@ -61,26 +65,34 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def run_one(name: str, ctx: Ctx) -> dict[str, dict[str, Any]]:
-    """One benchmark's figures as results.json entries, skips and failures included."""
+@dataclass
+class Outcome:
+    """One benchmark's run: its results.json entries, and why it failed ("" if it did not).
+
+    A failed benchmark has no entries: results.json keeps its last figures."""
+
+    figures: dict[str, dict[str, Any]]
+    failed: str = ""
+
+
+def run_one(name: str, ctx: Ctx) -> Outcome:
+    """Run one benchmark: its figures, or one `skipped: why` for each, or its failure."""
     module = importlib.import_module(BENCHMARKS[name])
     started = time.monotonic()
     ctx.say(f"== {name}")
     machine = machine_info()
     try:
         measured = module.run(ctx)
-    except Skip as e:
+    except Skip as e:  # this machine cannot run it: not a failure
         ctx.say(f"   skipped: {e}")
         measured = {}
         reason = f"skipped: {e}"
     except BenchError as e:
         ctx.say(f"   FAILED: {e}")
-        measured = {}
-        reason = f"failed: {str(e).splitlines()[0]}"
-    except Exception:  # a bug in the benchmark: say so, keep the other benchmarks
+        return Outcome({}, str(e))
+    except Exception:  # a bug in the benchmark: fail, but let the other benchmarks run
         ctx.say(traceback.format_exc())
-        measured = {}
-        reason = "failed: benchmark error (see the run's output)"
+        return Outcome({}, f"benchmark error:\n{tail(traceback.format_exc())}")
     else:
         reason = "not measured"
     machine = {**machine, "load1_end": machine_info()["load1"],
@@ -93,7 +105,17 @@ def run_one(name: str, ctx: Ctx) -> dict[str, dict[str, Any]]:
         shown = "-" if m.value is None else f"{m.value:,.4g} {spec.unit}"
         ctx.say(f"   {spec.name}: {shown} {m.skipped}".rstrip())
     ctx.say(f"   ({out[module.FIGURES[0].name]['seconds']} s)")
-    return out
+    return Outcome(out)
+
+
+def failures_report(failed: dict[str, str]) -> str:
+    """The run's last words when benchmarks failed: each one, its figures, the error's tail."""
+    lines = [f"== FAILED: {len(failed)} benchmark(s): {', '.join(failed)} "
+             "(their figures in results.json are the last ones measured)"]
+    for name, why in failed.items():
+        figures = ", ".join(spec.name for spec in importlib.import_module(BENCHMARKS[name]).FIGURES)
+        lines += [f"-- {name} ({figures}):", why]  # already bounded: tails of the output
+    return "\n".join(lines)
 
 
 def load_results() -> dict[str, Any]:
@@ -168,12 +190,19 @@ def main(argv: list[str] | None = None) -> int:
     ctx = Ctx(quick=args.quick, rounds=args.rounds)
     started = time.monotonic()
     results = load_results()
+    failed: dict[str, str] = {}
     for name in args.names:
-        results.update(run_one(name, ctx))
+        outcome = run_one(name, ctx)
+        if outcome.failed:
+            failed[name] = outcome.failed
+        results.update(outcome.figures)
         results = ordered(results)
         RESULTS.write_text(json.dumps(results, indent=2) + "\n")  # after each: a crash keeps them
         write_readme(results)
     ctx.say(f"== done in {time.monotonic() - started:.0f} s: {RESULTS} and the table in {README}")
+    if failed:
+        ctx.say(failures_report(failed))
+        return 1
     return 0
 
 

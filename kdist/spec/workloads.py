@@ -181,7 +181,13 @@ def checkpoint_every_ignored(module: str | None, args: Sequence[str],
              for i, a in enumerate(args) if a.startswith("--")}
     if "--checkpoint-dir" in named.values():
         return None
-    return next((i for i, full in named.items() if full == "--checkpoint-every"), None)
+    at = next((i for i, full in named.items() if full == "--checkpoint-every"), None)
+    if at is None:
+        return None
+    # `--checkpoint-every 0` turns checkpoints off: nothing to warn about.
+    flag = args[at]
+    value = flag.partition("=")[2] if "=" in flag else (args[at + 1] if at + 1 < len(args) else "")
+    return None if value.strip() == "0" else at
 
 
 _SCRIPT = re.compile(r"[^-].*\.(py|sh)|\.\.?/.+")

@@ -90,7 +90,7 @@ def test_client_train_reads_past_an_error_frame_that_nests_too_deeply(api, kubec
         return {}
 
     got = kdist.Client(kubeconfig=kubeconfig).train(fit, nodes=2, name="demo", logs=False,
-                                                    timeout=30)
+                                                    timeout=30, image="img:1")
     assert got == value
 
 

@@ -219,11 +219,12 @@ def test_the_launcher_exits_2_with_one_line_before_any_worker(tmp_path):
            E.CODE_DIR: str(tmp_path / "ws")}
     r = subprocess.run([sys.executable, "-m", "kdist.launch", "--", "python", "x.py"],
                        env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
-    assert r.returncode == 2, r.stderr
-    errors = [line for line in r.stderr.splitlines() if "absent" in line]
+    assert r.returncode == 2, r.stdout + r.stderr
+    # The launcher's own lines are on stdout, beside its workers' (docs/security.md).
+    errors = [line for line in (r.stdout + r.stderr).splitlines() if "absent" in line]
     assert errors == [f"kdist.launch: {tmp_path / 'absent'}: not a directory of code parts "
-                      "nor a part file"], r.stderr
-    assert "Traceback" not in r.stderr
+                      "nor a part file"], r.stdout + r.stderr
+    assert "Traceback" not in r.stdout + r.stderr
 
 
 # --- status, delete, RBAC -----------------------------------------------------------------

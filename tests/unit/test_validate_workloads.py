@@ -99,6 +99,9 @@ def test_checkpoint_every_without_a_directory_is_warned_about(tmp_path):
                              "spec.checkpoint (nor --checkpoint-dir)"]
     for changes in ({"spec.workload.args": ["--checkpoint-every", "10",
                                             "--checkpoint-dir", "/tmp/c"]},
+                    # 0 turns checkpoints off, as the benches ask: nothing to warn about
+                    {"spec.workload.args": ["--checkpoint-every", "0"]},
+                    {"spec.workload.args": ["--checkpoint-every=0"]},
                     {"spec.workload.args": ["--checkpoint-every", "10"],
                      "spec.checkpoint": {"path": "/ckpt", "volume": {
                          "persistentVolumeClaim": {"claimName": "c"}}}}):

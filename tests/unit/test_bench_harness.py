@@ -1,0 +1,124 @@
+"""The bench parses stdout alone, and a failed benchmark fails the run (issue 56).
+
+No process is started: `subprocess.Popen` is replaced by a command that writes
+given text on each stream, merged as a pipe would when stderr=STDOUT is asked.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from bench import harness, run
+from bench.harness import BenchError, Measured, Skip, Spec
+
+MANIFEST = "---\napiVersion: batch/v1\nkind: Job\nmetadata:\n  name: ttr-kubectl-1\n"
+WARNING = ("warning: job.yaml: spec.workload.args[6]: --checkpoint-every is given but no "
+           "checkpoint will be written: there is no spec.checkpoint (nor --checkpoint-dir)\n")
+
+
+def fake_popen(out: str, err: str, rc: int = 0) -> type:
+    class Popen:
+        def __init__(self, argv: list[str], *, stdout: Any, stderr: Any, **_: Any) -> None:
+            self.args, self.pid, self.returncode = argv, -1, None
+            merged = stderr == subprocess.STDOUT
+            self._out, self._err = (err + out, None) if merged else (out, err)
+            self.stdout = io.StringIO(self._out)
+            self.stderr = None if merged else io.StringIO(self._err or "")
+
+        def communicate(self, timeout: float | None = None) -> tuple[str, str | None]:
+            self.returncode = rc
+            return self._out, self._err
+
+        def wait(self, timeout: float | None = None) -> int:
+            self.returncode = rc
+            return rc
+
+        def poll(self) -> int | None:
+            return self.returncode
+
+    return Popen
+
+
+def test_run_cmd_hands_back_stdout_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    # bench/cluster.py writes this output to the file `kubectl apply -f` reads.
+    monkeypatch.setattr(subprocess, "Popen", fake_popen(MANIFEST, WARNING))
+    done = harness.run_cmd(["kdist", "render", "job.yaml"])
+    assert [d["kind"] for d in yaml.safe_load_all(done.out) if d] == ["Job"]
+    assert done.err == WARNING and done.rc == 0
+
+
+def test_run_cmd_failure_shows_the_tail_of_both_streams(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    err = "Traceback (most recent call last):\n  ...\nValueError: boom\n"
+    monkeypatch.setattr(subprocess, "Popen", fake_popen("step 1\n", err, rc=1))
+    with pytest.raises(BenchError) as e:
+        harness.run_cmd(["python", "-m", "kdist.launch"])
+    said = str(e.value)
+    assert said.splitlines()[0] == "python -m kdist.launch exited 1"
+    assert "ValueError: boom" in said and "step 1" in said
+
+
+def test_run_lines_stamps_stdout_lines_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    out = "trainingjob/x created in namespace ns\njob x succeeded in 9s\n"
+    monkeypatch.setattr(subprocess, "Popen", fake_popen(out, WARNING))
+    lines, _ = harness.run_lines(["kdist", "submit", "job.yaml", "--wait"])
+    assert [text for _, text in lines] == out.splitlines()
+
+
+# --- run.py: a failed benchmark against a skipped one --------------------------------------
+
+
+def bench_module(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, raised: Exception) -> None:
+    """A one-figure benchmark `fake` that raises `raised`, with a figure measured before."""
+    module = types.ModuleType("fake_bench")
+    module.FIGURES = [Spec("fake.figure_s", "a figure", "s", "a", "b")]  # type: ignore[attr-defined]
+
+    def bench_run(ctx: Any) -> dict[str, Measured]:
+        raise raised
+
+    module.run = bench_run  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "fake_bench", module)
+    monkeypatch.setattr(run, "BENCHMARKS", {"fake": "fake_bench"})
+    monkeypatch.setattr(run, "RESULTS", tmp_path / "results.json")
+    monkeypatch.setattr(run, "README", tmp_path / "README.md")
+    (tmp_path / "README.md").write_text(f"{run.BEGIN}\n{run.END}\n")
+    (tmp_path / "results.json").write_text(json.dumps({"fake.figure_s": {
+        "title": "a figure", "value": 1.5, "unit": "s", "skipped": ""}}))
+
+
+def test_a_failed_benchmark_fails_the_run_naming_it(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    error = BenchError("kubectl apply -f ttr.yaml exited 1\n--- its stderr, last lines:\n"
+                       "error: mapping values are not allowed in this context")
+    bench_module(monkeypatch, tmp_path, error)
+    assert run.main(["--only", "fake"]) == 1
+    said = capsys.readouterr().err.split("== FAILED", 1)[1]
+    assert "fake (fake.figure_s)" in said and "mapping values are not allowed" in said
+    kept = json.loads((tmp_path / "results.json").read_text())["fake.figure_s"]
+    assert kept["value"] == 1.5  # the last figure measured stays
+
+
+def test_a_bug_in_a_benchmark_fails_the_run(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    bench_module(monkeypatch, tmp_path, KeyError("items"))
+    assert run.main(["--only", "fake"]) == 1
+    assert "KeyError: 'items'" in capsys.readouterr().err.split("== FAILED", 1)[1]
+
+
+def test_a_benchmark_this_machine_cannot_run_is_skipped(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    bench_module(monkeypatch, tmp_path, Skip("no cluster: .cluster/kubeconfig does not exist"))
+    assert run.main(["--only", "fake"]) == 0
+    figure = json.loads((tmp_path / "results.json").read_text())["fake.figure_s"]
+    assert figure["value"] is None
+    assert figure["skipped"] == "skipped: no cluster: .cluster/kubeconfig does not exist"
+    assert "FAILED" not in capsys.readouterr().err
