@@ -252,7 +252,7 @@ class Tracker:
 
     def _in_process(self, rank: int, pod_name: str, line: str, live: bool) -> None:
         """``kdist.launch: restarting this node's workers (restart N of M, in process):
-        <why>; exit C`` (``kdist.launch._again``): no pod or container shows it."""
+        <why>; exit C`` (``kdist.runtime.launch._again``): no pod or container shows it."""
         said = in_process_restart(line)
         if said is None or self.state.outcome is not None:
             return
