@@ -99,7 +99,7 @@ def _pin(cpu: int) -> Callable[[], None]:
 
 
 def _descendants(pid: int) -> list[int]:
-    from kdist.local import descendants
+    from kdist.local.runner import descendants
 
     return descendants(pid)
 

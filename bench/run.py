@@ -36,6 +36,7 @@ BENCHMARKS = {
     "runtime": "bench.runtime",
     "watch": "bench.watch",
     "gpu": "bench.gpu",
+    "scale": "bench.scale",
 }
 RESULTS = BENCH / "results.json"
 README = BENCH / "README.md"

@@ -8,7 +8,7 @@ and the watchers run until each has seen its job end. Everything the watchers
 send goes through `bench.apiproxy` on 127.0.0.1, which counts requests and the
 long-running ones held at once. Job creation and unsuspension go around it.
 
-- kdist: one `kdist wait NAME...` process for all N jobs (kdist.kube.jobswatch:
+- kdist: one `kdist wait NAME...` process for all N jobs (kdist.kube.watch.jobswatch:
   one watch on Jobs and one on Pods, whatever N, no log streams).
 - kubectl: N processes `kubectl wait --for=condition=complete job/NAME`, with a
   discovery cache warmed once before counting (as a user's would be).
@@ -43,7 +43,7 @@ from bench.harness import (
 
 JOBS = 50
 JOBS_LARGE = 200
-KDIST = "one `kdist wait NAME...` process for all jobs (one watcher: kdist.kube.jobswatch)"
+KDIST = "one `kdist wait NAME...` process for all jobs (one watcher: kdist.kube.watch.jobswatch)"
 KUBECTL = "one `kubectl wait --for=condition=complete job/NAME` process per job"
 
 FIGURES = [

@@ -4,7 +4,7 @@
 
 For each job, what `kdist submit --wait` does after creating it (kdist.api.follow's
 follow loop, without the display): read the job, feed it to a `Tracker`,
-run a `kdist.kube.reflector.Session` (the job watch, the pod watch, and a log follower per
+run a `kdist.kube.watch.reflector.Session` (the job watch, the pod watch, and a log follower per
 pod) and consume its events until the job is over and its logs are drained.
 All jobs share one `Cluster` (one API client, one connection pool). Prints
 ``{"event": "watched", "jobs": N, "outcomes": {...}, "seconds": S}``, or
@@ -30,10 +30,10 @@ def main() -> int:
     args = p.parse_args()
     try:
         from kdist.kube.client import Cluster
-        from kdist.kube.config import ClusterOptions
-        from kdist.kube.reflector import Session
-        from kdist.kube.sources import job_sources
-        from kdist.kube.tracker import Tracker
+        from kdist.kube.connect.config import ClusterOptions
+        from kdist.kube.watch.reflector import Session
+        from kdist.kube.watch.sources import job_sources
+        from kdist.kube.watch.tracker import Tracker
     except ImportError as e:
         print(json.dumps({"event": "unsupported", "why": f"kdist's watch API: {e}"}), flush=True)
         return 0

@@ -47,9 +47,9 @@ _LAZY = {
     "UsageError": "kdist.shared.errors",
     "TrainingJob": "kdist.spec.model",
     # The results the API's docs name: a job's state, a step, a `kdist check` verdict.
-    "JobState": "kdist.kube.state",
+    "JobState": "kdist.kube.watch.state",
     "Step": "kdist.api.steps",
-    "Verdict": "kdist.kube.verdict",
+    "Verdict": "kdist.kube.probe.verdict",
     # The job-file functions through kdist.api, which checks their arguments first.
     "load_job": "kdist.api.files",
     "parse_job": "kdist.api.files",
@@ -121,8 +121,8 @@ if _typing.TYPE_CHECKING:
     # The function, not the module kdist.api.clients (mypy may take either from kdist.api).
     from kdist.api.shortcuts import client
     from kdist.api.steps import Step
-    from kdist.kube.state import JobState
-    from kdist.kube.verdict import Verdict
+    from kdist.kube.probe.verdict import Verdict
+    from kdist.kube.watch.state import JobState
     from kdist.runtime.preemption import PREEMPTED, preemption_requested
     from kdist.shared.errors import (
         ClusterError,

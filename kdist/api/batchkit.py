@@ -4,8 +4,8 @@ re-exported here so the CLI reaches them only through the API (the import contra
 from __future__ import annotations
 
 from kdist.api.jobs import undo
-from kdist.kube.config import ClusterOptions, KubeConfig, resolve_namespace
-from kdist.kube.sources import wait_gone
+from kdist.kube.connect.config import ClusterOptions, KubeConfig, resolve_namespace
+from kdist.kube.watch.sources import wait_gone
 from kdist.rendering import to_yaml
 from kdist.spec.model import TrainingJob
 

@@ -30,13 +30,13 @@ from kdist.api.types import (
     RankLog,
     Submission,
 )
-from kdist.kube.config import ClusterOptions
+from kdist.kube.connect.config import ClusterOptions
 from kdist.shared.errors import UsageError
 
 if TYPE_CHECKING:
     from kdist.api.steps import Step
-    from kdist.kube.tracker import JobState
-    from kdist.kube.verdict import Verdict
+    from kdist.kube.probe.verdict import Verdict
+    from kdist.kube.watch.tracker import JobState
     from kdist.rendering.workdir import Packed
     from kdist.spec.model import TrainingJob
 
@@ -75,7 +75,7 @@ class Client:
         the connection, the credentials, the namespace, kdist's permissions there, and
         which optional backends and features the cluster serves. Never raises for a
         failed check: a verdict's `status` is "fail", and its `fix` says what to do."""
-        from kdist.kube.probe import check
+        from kdist.kube.probe.check import check
 
         return check(self.options)
 

@@ -45,7 +45,7 @@ def load_file(file: str, namespace: str | None = None, backend: str | None = Non
     from kdist.spec.load import source_name
 
     if namespace is not None:
-        from kdist.kube.config import check_namespace
+        from kdist.kube.connect.config import check_namespace
         from kdist.shared.spelling import option
 
         check_namespace(namespace, option("namespace"))
@@ -253,7 +253,7 @@ def run_local(job: TrainingJob, *, code: Packed | None = None,
     `fresh`: the job's local checkpoints (`.kdist/<name>/checkpoints`) are removed first;
     `on_checkpoints(dir)` hears where they are (when spec.checkpoint is set).
     """
-    from kdist.local_state import state_root
+    from kdist.local.state import state_root
 
     root = state_root(job_file)
     if observer is not None:

@@ -22,14 +22,14 @@ from kdist.api.types import (
     reattach_hint,
 )
 from kdist.kube import kinds
-from kdist.kube.config import ClusterOptions, KubeConfig, resolve_namespace
+from kdist.kube.connect.config import ClusterOptions, KubeConfig, resolve_namespace
 from kdist.shared import strictjson
 from kdist.shared.errors import ClusterError, JobFailed, TimedOut, UsageError
 from kdist.shared.terminal import escape
 
 if TYPE_CHECKING:
     from kdist.kube.client import Cluster
-    from kdist.kube.tracker import JobState
+    from kdist.kube.watch.tracker import JobState
     from kdist.rendering.workdir import Packed
     from kdist.spec.model import TrainingJob
 
@@ -79,7 +79,7 @@ def submit(conn: Connection, job: TrainingJob, *, wait: bool = True, replace: bo
         code = pack_workdir(job)
     if dry_run == "client":  # no cluster to ask: auto renders recreate, and no gang
         return Submission(name, ns, render(job, code), dry_run="client")
-    from kdist.kube.sources import wait_gone
+    from kdist.kube.watch.sources import wait_gone
     from kdist.shared.errors import JobNotFound
 
     cluster = conn.cluster()
@@ -117,8 +117,8 @@ def create(cluster: Cluster, job: TrainingJob, code: Packed | None,
     at once collides with the first, which the API server holds while it goes). gang
     native where PodGroups are not served, or refused, is refused before anything is made.
     """
-    from kdist.kube.creating import refusal
-    from kdist.kube.restartprobe import serves_in_place
+    from kdist.kube.probe.restarts import serves_in_place
+    from kdist.kube.write.creating import refusal
     from kdist.rendering import gang as G
     from kdist.rendering import render
     from kdist.rendering import restarts as R
@@ -160,13 +160,13 @@ def follow(cluster: Cluster, job: dict[str, Any], observer: Observer, *, logs: b
            tail: int | None = None, ranks: set[int] | None = None,
            timeout: float | None = None, drain: float = 5.0) -> JobState:
     """Watch `job` (its API object) to its end, reporting to `observer`; TimedOut on timeout."""
-    from kdist.kube.reflector import Session
-    from kdist.kube.sources import job_sources
-    from kdist.kube.tracker import Tracker
+    from kdist.kube.watch.reflector import Session
+    from kdist.kube.watch.sources import job_sources
+    from kdist.kube.watch.tracker import Tracker
 
     meta = job["metadata"]
     tracker = Tracker(meta["name"], meta["namespace"])
-    first = tracker.job_event("ADDED", job)  # its notes: said once, here (kube.tracker)
+    first = tracker.job_event("ADDED", job)  # its notes: said once, here (kube.watch.tracker)
     sources = job_sources(cluster, job)
     session = Session(tracker, sources, logs=logs, tail=tail, ranks=ranks)
     deadline = time.monotonic() + timeout if timeout else None
@@ -256,7 +256,7 @@ def wait(conn: Connection, name: str, *, timeout: float | None = None, logs: boo
 
 
 def _check_rank(job: dict[str, Any], rank: int | None) -> None:
-    from kdist.kube.objects import job_nodes
+    from kdist.kube.watch.objects import job_nodes
 
     nodes = job_nodes(job)
     if rank is not None and nodes is not None and not 0 <= rank < nodes:
@@ -266,8 +266,8 @@ def _check_rank(job: dict[str, Any], rank: int | None) -> None:
 
 def tracked(cluster: Cluster, job: dict[str, Any]) -> Any:
     """A Tracker that has seen `job` and its pods as they are now."""
-    from kdist.kube.objects import pod_selector
-    from kdist.kube.tracker import Tracker
+    from kdist.kube.watch.objects import pod_selector
+    from kdist.kube.watch.tracker import Tracker
 
     meta = job["metadata"]
     tracker = Tracker(meta["name"], meta["namespace"])
@@ -350,7 +350,7 @@ def list_jobs(conn: Connection, *, all_namespaces: bool = False,
               selector: str = "") -> list[JobSummary]:
     """kdist's jobs of every backend in the namespace (or in all); with a label
     `selector`, only those it matches."""
-    from kdist.kube.objects import job_kind_backend, job_nodes, job_phase, parse_time
+    from kdist.kube.watch.objects import job_kind_backend, job_nodes, job_phase, parse_time
     from kdist.shared.labels import BACKEND
 
     cluster, ns = conn.cluster(), conn.namespace()
@@ -374,7 +374,7 @@ def delete(conn: Connection, name: str, *, wait: bool = True, timeout: float = 3
     cluster, ns = conn.cluster(), conn.namespace()
     deleted = cluster.delete(name, ns)
     if wait:
-        from kdist.kube.sources import wait_gone
+        from kdist.kube.watch.sources import wait_gone
 
         wait_gone(cluster, name, ns, timeout)
     return Deleted(ns, deleted)

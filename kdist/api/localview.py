@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from kdist.api.types import Observer
 
 if TYPE_CHECKING:
-    from kdist.kube.tracker import JobState
+    from kdist.kube.watch.tracker import JobState
     from kdist.spec.model import TrainingJob
 
 #: What a partial line may grow to before it is handed on as it is.
@@ -28,7 +28,7 @@ class LocalView:
     """A text stream for `run_local(stdout=)` that drives `observer` (thread-safe)."""
 
     def __init__(self, job: TrainingJob, observer: Observer) -> None:
-        from kdist.kube.tracker import Tracker
+        from kdist.kube.watch.tracker import Tracker
         from kdist.shared.facts import max_steps_from_args
 
         self.observer = observer

@@ -11,7 +11,7 @@ from kdist.shared.errors import JobFailed, TimedOut
 from kdist.shared.terminal import escape
 
 if TYPE_CHECKING:
-    from kdist.kube.tracker import JobState
+    from kdist.kube.watch.tracker import JobState
 
 
 def wait_many(conn: Connection, names: list[str], *, all_jobs: bool = False,
@@ -26,7 +26,7 @@ def wait_many(conn: Connection, names: list[str], *, all_jobs: bool = False,
     `check`, JobFailed names the failed jobs once all have ended; TimedOut when
     `timeout` passes first (the jobs keep running).
     """
-    from kdist.kube.jobswatch import JobsWatch, job_label_selector
+    from kdist.kube.watch.jobswatch import JobsWatch, job_label_selector
     from kdist.shared.errors import JobNotFound
 
     cluster, ns = conn.cluster(), conn.namespace()
@@ -90,7 +90,7 @@ def watch_jobs(conn: Connection, *, all_namespaces: bool = False, selector: str 
                on_update: Callable[[list[JobState]], None], progress_every: float = 10.0,
                stop: Callable[[], bool] = lambda: False) -> None:
     """Report every kdist job's state (and rank 0's last step) until `stop()` says so."""
-    from kdist.kube.jobswatch import JobsWatch
+    from kdist.kube.watch.jobswatch import JobsWatch
 
     cluster, ns = conn.cluster(), conn.namespace()
     watch = JobsWatch(cluster, None if all_namespaces else ns, selector=selector)

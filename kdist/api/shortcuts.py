@@ -29,8 +29,8 @@ from kdist.api.types import (
 
 if TYPE_CHECKING:
     from kdist.api.steps import Step
-    from kdist.kube.tracker import JobState
-    from kdist.kube.verdict import Verdict
+    from kdist.kube.probe.verdict import Verdict
+    from kdist.kube.watch.tracker import JobState
     from kdist.rendering.workdir import Packed
     from kdist.spec.model import TrainingJob
 

@@ -46,7 +46,7 @@ class Step:
 
 def step_of(line: str, rank: int, when: float | None, restart: int) -> Step | None:
     """The Step a log line reports, or None (not a step line, or one without a step)."""
-    from kdist.kube.objects import parse_record
+    from kdist.kube.watch.objects import parse_record
 
     record = parse_record(line)
     if record is None or record.get("event") != "step":
@@ -66,7 +66,7 @@ def _number(value: Any) -> float | None:
 
 def read_metrics(conn: Connection, name: str) -> dict[int, list[Step]]:
     """Every node rank's steps, in log order (arguments already checked)."""
-    from kdist.kube.objects import parse_time, pod_selector, pod_view
+    from kdist.kube.watch.objects import parse_time, pod_selector, pod_view
     from kdist.shared.ledger import in_process_restart
 
     cluster, ns = conn.cluster(), conn.namespace()

@@ -2,7 +2,7 @@
 
 Without `follow`, each rank's current log is read in turn, line by line as
 the API server sends it. With `follow`, the job's watch session
-(`kdist.kube.reflector.Session`, as `kdist logs -f`) starts one follower
+(`kdist.kube.watch.reflector.Session`, as `kdist logs -f`) starts one follower
 per container instance, so a restarted rank's new pod (or container) is
 followed too, and lines come in the order they arrive; the queue between the
 followers and the caller is bounded, so a slow consumer holds the readers
@@ -35,7 +35,7 @@ def stream_logs(conn: Connection, name: str, *, follow: bool, tail: int | None,
     The job is looked up at once (JobNotFound before the first `next`), so a
     wrong name fails where the call is, not where the loop is.
     """
-    from kdist.kube.objects import job_nodes
+    from kdist.kube.watch.objects import job_nodes
 
     cluster, ns = conn.cluster(), conn.namespace()
     job = cluster.get_job(name, ns)
@@ -50,7 +50,7 @@ def stream_logs(conn: Connection, name: str, *, follow: bool, tail: int | None,
 
 def _now(cluster: Cluster, job: dict[str, Any], tail: int | None, ranks: set[int] | None,
          on_note: Callable[[int, str], None] | None) -> Iterator[tuple[int, str]]:
-    from kdist.kube.sources import PodLogs
+    from kdist.kube.watch.sources import PodLogs
 
     tracker = tracked(cluster, job)
     state = tracker.state
@@ -68,9 +68,9 @@ def _now(cluster: Cluster, job: dict[str, Any], tail: int | None, ranks: set[int
 
 def _follow(cluster: Cluster, job: dict[str, Any], tail: int | None,
             ranks: set[int] | None) -> Iterator[tuple[int, str]]:
-    from kdist.kube.reflector import Session
-    from kdist.kube.sources import job_sources
-    from kdist.kube.tracker import Tracker
+    from kdist.kube.watch.reflector import Session
+    from kdist.kube.watch.sources import job_sources
+    from kdist.kube.watch.tracker import Tracker
 
     meta = job["metadata"]
     tracker = Tracker(meta["name"], meta["namespace"])

@@ -14,8 +14,8 @@ from kdist.shared.target import ClusterOptions
 # every verb, `kdist render` too.
 if TYPE_CHECKING:
     from kdist.kube.client import Cluster
-    from kdist.kube.config import KubeConfig
-    from kdist.kube.tracker import JobState, RankState
+    from kdist.kube.connect.config import KubeConfig
+    from kdist.kube.watch.tracker import JobState, RankState
 
 
 __all__ = ["BACKEND_NAMES", "ClusterOptions", "Connection", "Deleted", "JobState", "JobSummary",
@@ -62,7 +62,7 @@ class Submission:
     def restart_mode(self) -> str:
         """How the gang restarts: "inPlace" or "recreate" (distributed.restartMode), as the
         objects created say (auto: as the cluster kept them; a client dry run: recreate)."""
-        from kdist.kube.objects import restart_mode_of
+        from kdist.kube.watch.objects import restart_mode_of
 
         return restart_mode_of(self.objects[0]) if self.objects else ""
 
@@ -70,7 +70,7 @@ class Submission:
     def gang(self) -> str:
         """The PodGroup the job's pods are gang-scheduled in (distributed.gang native, as the
         objects created say), "" when they are scheduled pod by pod."""
-        from kdist.kube.objects import gang_of
+        from kdist.kube.watch.objects import gang_of
 
         return gang_of(self.objects[0]) if self.objects else ""
 
@@ -142,7 +142,7 @@ class Connection:
     def kubeconfig(self, missing_ok: bool = False) -> KubeConfig | None:
         with self._lock:
             if self._kubeconfig is None:
-                from kdist.kube.config import KubeConfig
+                from kdist.kube.connect.config import KubeConfig
 
                 self._kubeconfig = KubeConfig.load(self.options, missing_ok=missing_ok)
             return self._kubeconfig
@@ -162,7 +162,7 @@ class Connection:
         if self._namespace is None and self.options.namespace is not None:
             self._namespace = self.options.namespace  # checked by kdist.api.checks.target
         if self._namespace is None:
-            from kdist.kube.config import resolve_namespace
+            from kdist.kube.connect.config import resolve_namespace
 
             self._namespace = resolve_namespace(self.options, None, self.kubeconfig())
         return self._namespace
@@ -190,6 +190,6 @@ def reattach_hint(name: str, namespace: str) -> str:
 
 def parse_time(stamp: str | None) -> float | None:
     """An RFC 3339 API timestamp as epoch seconds (None when it is not one)."""
-    from kdist.kube.objects import parse_time as parse
+    from kdist.kube.watch.objects import parse_time as parse
 
     return parse(stamp)

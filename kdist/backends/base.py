@@ -30,7 +30,7 @@ class Map:
     value: Any
 
 
-# The shapes `kdist.kube.answers` checks answers against: a type (str, int, dict, list),
+# The shapes `kdist.kube.watch.answers` checks answers against: a type (str, int, dict, list),
 # {field: node} (an object, fields not named are not looked at), [node] or Map(node).
 CONDITIONS = [{"type": str, "status": str, "reason": str, "message": str,
                "lastTransitionTime": str}]
@@ -72,7 +72,7 @@ class Backend:
     terminal: ClassVar[dict[str, str]]
     #: RBAC rules kdist's Role needs for this kind (manifests/rbac.yaml).
     rbac: ClassVar[list[dict[str, Any]]]
-    #: The shape `kdist.kube.answers` checks an answer of this kind against (beyond
+    #: The shape `kdist.kube.watch.answers` checks an answer of this kind against (beyond
     #: metadata): only the members kdist reads.
     shape: ClassVar[dict[str, Any]]
 

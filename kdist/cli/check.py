@@ -1,6 +1,6 @@
 """`kdist check`: before the first submit, one line per thing a submit needs (as `sky check`).
 
-The verdicts come from `kdist.Client.check` (`kdist.kube.probe`); this module
+The verdicts come from `kdist.Client.check` (`kdist.kube.probe.check`); this module
 only prints them: aligned lines with the fix after each failure, or `-o json`, a
 list of {check, status, detail, fix} for scripts. Exit 0 when no required check
 failed, 1 when one did; an optional feature that is absent is "not served".

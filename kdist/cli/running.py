@@ -9,7 +9,7 @@ end, on a terminal and in a pipe alike: on stdout when the run succeeded (as
 `kdist submit` says "job X succeeded"), on stderr when it failed or was
 interrupted (Ctrl-C is "interrupted", exit 130, never "failed"). Why it failed is
 the launcher's own `kdist.launch: worker rank N ...` line (what a pod's termination
-message ends with too, `kdist.kube.objects.last_words`): the most telling one.
+message ends with too, `kdist.kube.watch.objects.last_words`): the most telling one.
 """
 
 from __future__ import annotations

@@ -2,16 +2,16 @@
 
 Objects travel as plain dicts, exactly as rendered and exactly as the API
 returns them, so what `--dry-run=client` prints is what is sent (ownerReferences
-and the submission token aside, `kdist.kube.owned.sent_as`) and what the watch
+and the submission token aside, `kdist.kube.write.owned.sent_as`) and what the watch
 sees is what tests record. The `kubernetes` package supplies the kubeconfig
 handling (TLS, tokens, exec plugins, in-cluster config) and its urllib3 pool,
-with the proxy kdist chose (`kdist.kube.proxy`); messages name the server
+with the proxy kdist chose (`kdist.kube.connect.proxy`); messages name the server
 without its user:password (`errors.redacted`). URLs come from `kdist.kube.kinds`
 only, and every answer is checked to be the Kubernetes API's (an HTML page is an
 error, not a crash). Each request ends by its deadline, the request timeout
 (default 15 s), connecting and the whole answer included; answers are read in
 bounded pieces, never past kdist's caps; a 429 asking for a short wait is sent
-again (`kdist.kube.transport`).
+again (`kdist.kube.connect.transport`).
 """
 
 from __future__ import annotations
@@ -22,10 +22,11 @@ from contextlib import ExitStack
 from typing import Any
 
 from kdist import backends
-from kdist.kube import bodies, kinds, owned
-from kdist.kube.answers import checked, discovered, listed, refused
-from kdist.kube.config import ClusterOptions, KubeConfig
-from kdist.kube.deadline import each_within
+from kdist.kube import kinds
+from kdist.kube.connect import bodies
+from kdist.kube.connect.config import ClusterOptions, KubeConfig
+from kdist.kube.connect.deadline import each_within
+from kdist.kube.connect.transport import Transport
 from kdist.kube.errors import (
     RETRYABLE_STATUS,
     Action,
@@ -37,7 +38,8 @@ from kdist.kube.errors import (
     not_kubernetes,
     not_the_api,
 )
-from kdist.kube.transport import Transport
+from kdist.kube.watch.answers import checked, discovered, listed, refused
+from kdist.kube.write import owned
 from kdist.shared import jsonread
 from kdist.shared.errors import JobNotFound, OperatorMissing
 from kdist.shared.limits import MAX_ANSWER_BYTES, MAX_EVENT_BYTES
@@ -61,7 +63,7 @@ class Cluster(Transport):
         "no job" (ClusterError, exit 3) when it is no Kubernetes API server either."""
         if e.status != 404 or e.status_object() or self._kubernetes:
             return
-        from kdist.kube.verdict import ask_raw
+        from kdist.kube.probe.verdict import ask_raw
 
         code, answer = ask_raw(self, "GET", "/version", None, {})
         if code != 200 or not isinstance(answer.get("gitVersion"), str):
@@ -119,9 +121,9 @@ class Cluster(Transport):
 
     def create(self, objects: list[dict[str, Any]], *,
                dry_run: bool = False) -> tuple[list[dict[str, Any]], list[str]]:
-        """Create every object in order, all or nothing (`kdist.kube.creating`); returns
+        """Create every object in order, all or nothing (`kdist.kube.write.creating`); returns
         them and the API's warnings not reported yet."""
-        from kdist.kube import creating
+        from kdist.kube.write import creating
 
         return creating.create(self, objects, dry_run=dry_run)
 
@@ -167,7 +169,7 @@ class Cluster(Transport):
     def podgroups_of(self, job: dict[str, Any]) -> list[dict[str, Any]]:
         """The PodGroup a job's pods are gang-scheduled in (distributed.gang native), if
         the pod template names one and it exists; none otherwise."""
-        from kdist.kube.objects import gang_of
+        from kdist.kube.watch.objects import gang_of
 
         name, ns = gang_of(job), (job.get("metadata") or {}).get("namespace", "")
         if not name or not self.serves(kinds.PODGROUP):
@@ -268,7 +270,7 @@ class Cluster(Transport):
         jobs created by `kubectl apply` of the rendered manifests too (no
         ownerReference there): their code ConfigMaps are found by label.
         """
-        from kdist.kube.objects import gang_of
+        from kdist.kube.watch.objects import gang_of
 
         deleted, gangs = [], set()
         for kind, obj in self._kdists_objects(name, namespace):

@@ -88,7 +88,7 @@ class Action:
 @dataclass(frozen=True)
 class HttpError(Exception):
     """A non-2xx answer: its status, reason and body (a Kubernetes Status, or not), its
-    Retry-After header, and how many times it was retried (`kdist.kube.throttle`)."""
+    Retry-After header, and how many times it was retried (`kdist.kube.connect.throttle`)."""
 
     status: int
     reason: str
@@ -114,7 +114,7 @@ class Unreachable(ClusterError):
 
 
 def timed_out(server: str, what: object, request_timeout: float) -> ClusterError:
-    """A request that outlived its deadline (`kdist.kube.deadline`), `what` it was."""
+    """A request that outlived its deadline (`kdist.kube.connect.deadline`), `what` it was."""
     return Unreachable(
         f"the API server at {server} did not answer {f'{what} ' if what else ''}within "
         f"{request_timeout:g}s (set {option('request_timeout')} or $KDIST_REQUEST_TIMEOUT "

@@ -14,7 +14,7 @@ POD = Kind("Pod", "v1", "pods", "pod")
 WORKLOAD = Kind("Workload", "kueue.x-k8s.io/v1beta2", "workloads", "workload.kueue.x-k8s.io")
 # A native gang (distributed.gang, kdist.rendering.gang): created with the job, owned by it.
 PODGROUP = Kind("PodGroup", "scheduling.k8s.io/v1beta1", "podgroups", "podgroup.scheduling.k8s.io")
-# Only asked about by `kdist check` (kdist.kube.probe): served or not, and the queues there.
+# Only asked about by `kdist check` (kdist.kube.probe.check): served or not, and the queues there.
 LOCALQUEUE = Kind("LocalQueue", "kueue.x-k8s.io/v1beta2", "localqueues",
                   "localqueue.kueue.x-k8s.io")
 # The reviews `kdist check` creates: answered, never stored.

@@ -2,7 +2,7 @@
 
 The archive (``kdist.rendering.workdir.Packed``) is split into immutable
 ConfigMaps with one binaryData key each, ``part-NNNN-of-MMMM``
-(``kdist.launch_code.part_key``: the unpacker needs nothing else); one
+(``kdist.runtime.workdir.part_key``: the unpacker needs nothing else); one
 projected volume mounts them all into one directory of the pod.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 from typing import TYPE_CHECKING
 
-from kdist.launch_code import part_key
+from kdist.runtime.workdir import part_key
 from kdist.shared import labels as L
 
 if TYPE_CHECKING:

@@ -7,7 +7,7 @@ the job, with ``schedulingPolicy.gang.minCount`` = nodes, and every pod's
 then holds the pods until all of them can be placed at once: two jobs that each need the
 whole cluster never both half-start (each holding part of it while waiting for the
 rest). The PodGroup comes after the training object, so the submitter makes it owned by
-it (``kdist.kube.creating``): deleting the job deletes it. A dry-run create of it comes
+it (``kdist.kube.write.creating``): deleting the job deletes it. A dry-run create of it comes
 before the job: a refused PodGroup then leaves nothing to undo (``kdist.api.jobs.create``).
 A Job whose pod template names a schedulingGroup is left alone by the Job controller's
 own Workload integration (KEP-5547, gate ``WorkloadWithJob``): kdist's PodGroup is the
@@ -55,7 +55,7 @@ def resolve(job: TrainingJob, served: bool = False) -> str:
 def refused(error: Exception) -> bool:
     """Whether the training object's create was refused for its pods' schedulingGroup: it
     is sent without one instead (nothing was made: it is the first object). A PodGroup a
-    Role refuses is asked by a dry run before (``kdist.kube.creating.refusal``)."""
+    Role refuses is asked by a dry run before (``kdist.kube.write.creating.refusal``)."""
     return "schedulingGroup" in str(error)
 
 

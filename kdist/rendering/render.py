@@ -180,7 +180,7 @@ def _context(job: TrainingJob, code: Packed | None = None,
         # Kueue admits a queued job by unsuspending it: no pod starts before the
         # whole job has quota (all-or-nothing admission).
         "suspend": bool(s.scheduling.queue),
-        # What the watch reads back (kdist.kube.tracker), said once, here.
+        # What the watch reads back (kdist.kube.watch.tracker), said once, here.
         "facts": facts.of(job, code_sha256=code.sha256 if code is not None else None,
                           runtime_sha256=runtime.sha256 if runtime is not None else None),
     }

@@ -21,7 +21,7 @@ rendezvous.
 version string: it sends the in-place form, which an API server without the feature
 takes as ``recreate`` (a disabled field is dropped: the launcher's own count and bound
 then match what the Job controller does) or refuses (then the recreate form is sent).
-What the created object says is the mode (``kdist.kube.objects.restart_mode_of``).
+What the created object says is the mode (``kdist.kube.watch.objects.restart_mode_of``).
 Without a cluster (``kdist render``, ``--dry-run=client``) ``auto`` renders
 ``recreate``, the form every cluster accepts.
 """

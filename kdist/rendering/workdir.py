@@ -16,7 +16,7 @@ Nothing outside the directory is ever read: symlinks are stored as links, and
 only when they resolve to something that is itself packed.
 
 The ConfigMaps that carry the archive are made by ``kdist.rendering.code_configmaps``.
-The container side (``kdist.launch_code``, standard library only) holds the
+The container side (``kdist.runtime.workdir``, standard library only) holds the
 part-key pattern and the caps both sides share; ``kdist.shared`` the env names,
 paths and annotation keys. Packing reads the local tree, so it happens once per
 command, before rendering: ``render(job, code)`` takes the result and stays pure.

@@ -14,6 +14,8 @@ import-linter contract), since it runs in the training image.
 - ``watchdog``: ``progressTimeoutSeconds``: a job that prints nothing ends as a hang.
 - ``failures``: which failure names the node's, and a lost peer told from a code error.
 - ``preemption``: SIGTERM -> every rank agrees to stop at the same step.
+- ``launch``: the launcher itself (argv, then the order of things): ``python -m kdist.launch``.
+- ``workdir``: a shipped workdir reassembled, checked and unpacked before the workers start.
 - ``sitehook``: a ``sitecustomize``: ``collectiveTimeoutSeconds`` as torch's default; rank 0
   serves the store.
 """

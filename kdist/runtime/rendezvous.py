@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 
 from kdist.runtime.plan import LaunchPlan
-from kdist.runtime.store import MiniStore, StoreClient, listen
+from kdist.runtime.store import MiniStore, StoreClient, allow_many_connections, listen
 from kdist.runtime.watchdog import RESTART_KEY
 from kdist.shared.errors import LaunchError
 
@@ -67,6 +67,7 @@ def bind(plan: LaunchPlan, wait_s: float = BIND_WAIT_S,
     """
     if plan.node_rank != 0:
         return None
+    allow_many_connections()  # a connection per node here, one per rank in rank 0's worker
     deadline = clock() + wait_s
     told = False
     while True:
@@ -236,12 +237,18 @@ class ExitBarrier:
                 time.sleep(0.5)
                 continue
             try:
-                if client.check([BARRIER]):  # node 0's launcher, not rank 0's store
-                    client.add(DONE, 1)
-                    return ""
+                # One connection, waiting in the store: rank 0's store never has the key,
+                # and its worker's exit ends the wait (the connection closes); node 0's
+                # launcher then answers with it set. A poll would open a connection per
+                # node twice a second into rank 0's store (torch's server resolves each
+                # new client's name).
+                client.wait([BARRIER], timeout=max(0.1, deadline - clock()))
+                client.add(DONE, 1)
+                return ""
+            except TimeoutError:
+                break
             except OSError:
-                pass
+                time.sleep(_POLL_S)  # the store went: node 0's launcher answers next
             finally:
                 client.close()
-            time.sleep(0.5)
         return f"node 0 did not finish within {limit_s:.0f}s"

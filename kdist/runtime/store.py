@@ -21,10 +21,12 @@ Standard library only.
 from __future__ import annotations
 
 import errno
-import select
+import resource
+import selectors
 import socket
 import struct
 import threading
+import time
 from collections.abc import Iterable
 
 MAGIC = 0x3C85F7CE
@@ -133,10 +135,28 @@ class StoreClient:
 class _Conn:
     def __init__(self, sock: socket.socket) -> None:
         self.sock, self.buf, self.validated = sock, bytearray(), False
+        self.waits: list[str] | None = None  # the keys of its WAIT, while it waits
 
 
 class _Incomplete(Exception):
     pass
+
+
+def allow_many_connections() -> int:
+    """Raise this process's soft limit on open files to its hard limit (what a pod's
+    runtime allows); the soft limit it now has.
+
+    Node 0's launcher serves a connection per node, and rank 0's worker (which inherits
+    the limit) one per rank: a runtime that leaves the soft limit at 1,024 (containerd
+    2.0, Docker 25) would refuse the 1,021st node."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (OSError, ValueError):  # an infinite hard limit some kernels refuse
+            pass
+    return soft
 
 
 class MiniStore:
@@ -145,15 +165,26 @@ class MiniStore:
     It answers the queries ``StoreClient`` sends (and GET); anything else closes that
     connection, as a lost store would. ``stop`` ends the thread and closes every
     connection it accepted; the listening socket stays open (the caller's).
+
+    Event-driven, so that it scales with the nodes: every connection is registered once
+    with the system's selector (epoll: no limit at 1,024 descriptors, as ``select`` has),
+    each wake-up costs only the sockets that are ready, and a WAIT is kept under the
+    one key it still needs, answered when that key is set (never rescanned).
     """
 
     def __init__(self, listener: socket.socket) -> None:
         self.listener = listener
         self.data: dict[str, bytes] = {}
         self.lock = threading.Lock()
-        self._waiting: list[tuple[_Conn, list[str]]] = []
+        # key -> the connections whose WAIT needs it next (a dict: dropped in O(1))
+        self._waiting: dict[str, dict[_Conn, None]] = {}
+        self._changed: list[str] = []  # keys set since the serving thread last looked
         self._conns: dict[int, _Conn] = {}
         self._stop = threading.Event()
+        self._selector = selectors.DefaultSelector()
+        # set() and add() from another thread (node 0's launcher) wake the serving thread
+        self._poke_r, self._poke_w = socket.socketpair()
+        self._poke_w.setblocking(False)
         self._thread = threading.Thread(target=self._serve, name="kdist-store", daemon=True)
 
     def start(self) -> MiniStore:
@@ -162,49 +193,82 @@ class MiniStore:
 
     def stop(self) -> None:
         self._stop.set()
+        self._poke()
         self._thread.join(timeout=5)
         for conn in list(self._conns.values()):
             conn.sock.close()
         self._conns.clear()
+        self._poke_r.close()
+        self._poke_w.close()
+
+    def _poke(self) -> None:
+        if threading.current_thread() is not self._thread:
+            try:
+                self._poke_w.send(b"!")
+            except OSError:  # its buffer is full: it is woken already
+                pass
 
     def add(self, key: str, delta: int) -> int:
         """ADD from this process (node 0's own launcher)."""
         with self.lock:
             value = int(self.data.get(key, b"0")) + delta
             self.data[key] = str(value).encode()
+            self._changed.append(key)
+        self._poke()
         return value
 
     def set(self, key: str, value: bytes) -> None:
         with self.lock:
             self.data[key] = value
+            self._changed.append(key)
+        self._poke()
 
     def _serve(self) -> None:
+        sel = self._selector
         self.listener.setblocking(False)
+        sel.register(self.listener, selectors.EVENT_READ)
+        sel.register(self._poke_r, selectors.EVENT_READ)
         try:
             while not self._stop.is_set():
-                socks = [self.listener, *(c.sock for c in self._conns.values())]
-                ready, _, _ = select.select(socks, [], [], 0.05)
-                for sock in ready:
-                    if sock is self.listener:
+                for key, _ in sel.select(timeout=1.0):
+                    if key.fileobj is self.listener:
                         self._accept()
+                    elif key.fileobj is self._poke_r:
+                        self._poke_r.recv(4096)
                     else:
-                        self._receive(self._conns[sock.fileno()])
+                        self._receive(key.data)
                 self._wake()
         finally:
+            sel.close()
             self.listener.setblocking(True)
 
     def _accept(self) -> None:
-        try:
-            sock, _ = self.listener.accept()
-        except (BlockingIOError, OSError):
-            return
-        sock.setblocking(True)
-        sock.settimeout(5)
-        self._conns[sock.fileno()] = _Conn(sock)
+        """Every connection waiting in the backlog (a rendezvous brings them all at once)."""
+        while True:
+            try:
+                sock, _ = self.listener.accept()
+            except BlockingIOError:
+                return
+            except OSError as e:
+                if e.errno in (errno.EMFILE, errno.ENFILE):  # no descriptor left: let the
+                    time.sleep(0.05)  # others finish (the backlog keeps the rest)
+                return
+            sock.setblocking(True)
+            sock.settimeout(5)
+            conn = _Conn(sock)
+            self._conns[sock.fileno()] = conn
+            self._selector.register(sock, selectors.EVENT_READ, conn)
 
     def _drop(self, conn: _Conn) -> None:
-        self._conns.pop(conn.sock.fileno(), None)
-        self._waiting = [w for w in self._waiting if w[0] is not conn]
+        if self._conns.pop(conn.sock.fileno(), None) is None:
+            return
+        if conn.waits:
+            self._waiting.get(conn.waits[0], {}).pop(conn, None)
+        conn.waits = None
+        try:
+            self._selector.unregister(conn.sock)
+        except (KeyError, ValueError):
+            pass
         conn.sock.close()
 
     def _receive(self, conn: _Conn) -> None:
@@ -266,17 +330,29 @@ class MiniStore:
                     ready = all(k in self.data for k in keys)
                 conn.sock.sendall(_U8.pack(READY if ready else NOT_READY))
             else:
-                self._waiting.append((conn, keys))
+                self._park(conn, keys)
         else:
             raise ValueError(f"query {kind} is not served here")
         return pos
 
-    def _wake(self) -> None:
+    def _park(self, conn: _Conn, keys: list[str]) -> None:
+        """Keep ``conn``'s WAIT under the first of ``keys`` not set yet; answer it if none."""
         with self.lock:
-            done = [w for w in self._waiting if all(k in self.data for k in w[1])]
-        for conn, keys in done:
-            self._waiting.remove((conn, keys))
-            try:
-                conn.sock.sendall(_U8.pack(STOP_WAITING))
-            except OSError:
-                self._drop(conn)
+            missing = [k for k in keys if k not in self.data]
+        if not missing:
+            conn.waits = None
+            conn.sock.sendall(_U8.pack(STOP_WAITING))
+            return
+        conn.waits = missing
+        self._waiting.setdefault(missing[0], {})[conn] = None
+
+    def _wake(self) -> None:
+        """Answer (or park anew) the WAITs under the keys set since the last look."""
+        with self.lock:
+            changed, self._changed = self._changed, []
+        for key in dict.fromkeys(changed):
+            for conn in list(self._waiting.pop(key, {})):
+                try:
+                    self._park(conn, conn.waits or [])
+                except OSError:
+                    self._drop(conn)

@@ -58,7 +58,7 @@ COLLECTIVE_COUNTS = "KDIST_COLLECTIVE_COUNTS"
 FAULT_KILL_AT = "KDIST_FAULT_KILL_AT"
 
 # spec.workdir: the shipped code (packed by kdist.rendering.workdir, unpacked by
-# kdist.launch_code). The hash being set is what tells the launcher code was shipped.
+# kdist.runtime.workdir). The hash being set is what tells the launcher code was shipped.
 #: sha256 of the uncompressed tar: the code's identity (the unpacker checks it, status shows it).
 CODE_SHA256 = "KDIST_CODE_SHA256"
 #: Where to unpack (default DEFAULT_CODE_DIR): the workers' cwd and first PYTHONPATH entry.

@@ -2,7 +2,7 @@
 training object and read back from there (never out of container args or pod env, which
 differ by backend and which a pod template overlay may change).
 
-Standard library only: `kdist.rendering.facts` writes, `kdist.kube.tracker` reads.
+Standard library only: `kdist.rendering.facts` writes, `kdist.kube.watch.tracker` reads.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ RUNTIME_SHA256 = f"{DOMAIN}/runtime-sha256"
 CODE_PART = f"{DOMAIN}/code-part"
 CODE_PARTS = f"{DOMAIN}/code-parts"
 #: On every object a submission creates: a token of that submission alone, by which it
-#: knows what it made when a create's answer never came (``kdist.kube.creating``).
+#: knows what it made when a create's answer never came (``kdist.kube.write.creating``).
 SUBMISSION = f"{DOMAIN}/submission"
 
 # Where the rank of a pod can be read, per backend.

@@ -9,7 +9,7 @@ and steps lost, and goodput (the share of the job's time not lost to restarts).
 `kdist submit`'s watch keeps it on the training object as the annotation
 ``kdist.dev/ledger`` (JSON), so any client (`kdist status`, `Client.status`,
 kubectl) reads it; a job nobody watched through a restart has none. `kdist run
---local` keeps one too (``kdist.local_ledger``) and prints it at its end.
+--local` keeps one too (``kdist.local.ledger``) and prints it at its end.
 
 A launcher that restarts its own workers without exiting (in process) says so in
 one line, `IN_PROCESS` (`in_process_line` writes it, `in_process_restart` reads it):

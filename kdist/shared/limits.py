@@ -17,7 +17,7 @@ MAX_ANSWER_BYTES = 128 << 20
 MAX_EVENT_BYTES = 16 << 20
 
 # Shipped code (spec.workdir): the packer (``kdist.rendering.workdir``) refuses what the
-# launcher's unpacker (``kdist.launch_code``) would, against these same numbers, so a
+# launcher's unpacker (``kdist.runtime.workdir``) would, against these same numbers, so a
 # workdir that ``render`` accepts unpacks in every pod.
 CODE_MAX_FILES = 20_000
 CODE_MAX_UNPACKED_BYTES = 256 * 2**20

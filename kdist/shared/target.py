@@ -1,6 +1,6 @@
 """The cluster target as kubectl's global flags name it, standard library only: the CLI
 builds one for every verb, and `kdist render` must not pay for the cluster client to do so
-(`kdist.kube.config` reads the kubeconfig it names)."""
+(`kdist.kube.connect.config` reads the kubeconfig it names)."""
 
 from __future__ import annotations
 

@@ -23,11 +23,12 @@ from kdist import backends
 from kdist.shared import env as E
 from kdist.shared.limits import MAX_NODES, MAX_PROCS_PER_NODE
 from kdist.spec import checks as C
-from kdist.spec.affinity import Affinity, TopologySpreadConstraint
+from kdist.spec.checkpoint import Checkpoint
 from kdist.spec.checks import INT32_MAX, INT64_MAX
 from kdist.spec.overlay import check_overlay
-from kdist.spec.pod import ClaimSource, PodSettings, ScratchSource
 from kdist.spec.pod import PodModel as _Model
+from kdist.spec.pod import PodSettings
+from kdist.spec.scheduling import Scheduling
 
 EnvName = Annotated[str, AfterValidator(C.env_name)]
 # A string a process receives (args, env values): YAML numbers only when their
@@ -214,98 +215,6 @@ class EnvFromSource(_Model):
         if self.prefix is not None:
             C.env_prefix(self.prefix)
         return self
-
-
-class CheckpointVolume(_Model):
-    """Where checkpoints live: one of persistentVolumeClaim or emptyDir."""
-
-    persistent_volume_claim: ClaimSource | None = Field(
-        default=None, description="A claim every pod mounts: checkpoints outlive pods, so a "
-        "restarted job resumes.")
-    empty_dir: ScratchSource | None = Field(
-        default=None, description="Scratch space, new with each pod: a restart starts from step 0.")
-
-    @model_validator(mode="after")
-    def _one(self) -> CheckpointVolume:
-        if (self.persistent_volume_claim is None) == (self.empty_dir is None):
-            raise ValueError("give exactly one of persistentVolumeClaim or emptyDir")
-        return self
-
-
-class Checkpoint(_Model):
-    """Where the job keeps checkpoints (KDIST_CHECKPOINT_DIR); a local run uses
-    .kdist/NAME/checkpoints beside the job file instead."""
-
-    path: str = Field(description="Where the volume is mounted in the pod; exported as "
-                      "KDIST_CHECKPOINT_DIR.")
-    volume: CheckpointVolume = Field(description="The volume mounted there.")
-
-    @field_validator("path")
-    @classmethod
-    def _path(cls, v: str) -> str:
-        return C.mount_path(v)
-
-
-class Toleration(_Model):
-    """A taint the pods tolerate, as Kubernetes has it."""
-
-    key: str | None = Field(
-        default=None, description="The taint's key; none: every taint (Exists).")
-    operator: Literal["Exists", "Equal"] | None = Field(default=None, description="Default Equal.")
-    value: str | None = Field(default=None, description="The taint's value (Equal).")
-    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute", ""] | None = Field(
-        default=None, description="The taint effect to match; empty: all.")
-    toleration_seconds: Annotated[StrictInt, Field(ge=-INT64_MAX - 1, le=INT64_MAX)] | None = \
-        Field(default=None, description="NoExecute only: how long the pod stays after the taint.")
-
-    @model_validator(mode="after")
-    def _consistent(self) -> Toleration:
-        if self.operator == "Exists" and self.value:
-            raise ValueError("value must be empty when operator is Exists")
-        if self.key is None and self.operator != "Exists":
-            raise ValueError("a toleration without key needs operator: Exists")
-        if self.key is not None:
-            C.label_key(self.key)
-        if self.value:
-            C.label_value(self.key or "", self.value)
-        if self.toleration_seconds is not None and self.effect != "NoExecute":
-            raise ValueError("tolerationSeconds needs effect: NoExecute")
-        return self
-
-
-class Scheduling(_Model):
-    """Where and when the pods may run."""
-
-    node_selector: dict[str, str] = Field(default={}, description="Node labels the pods need.")
-    tolerations: list[Toleration] = Field(default=[], description="Taints the pods tolerate.")
-    priority_class_name: str = Field(default="", description="The pods' PriorityClass.")
-    queue: str = Field(default="", description="A Kueue LocalQueue: the kueue.x-k8s.io/queue-name "
-                       "label.")
-    affinity: Affinity | None = Field(default=None, description="As Kubernetes: nodeAffinity, "
-                                      "podAffinity, podAntiAffinity.")
-    topology_spread_constraints: list[TopologySpreadConstraint] = Field(
-        default=[], description="As Kubernetes; labelSelector defaults to this job's pods.")
-    scheduler_name: str = Field(default="", description="Another scheduler (e.g. volcano).")
-
-    @field_validator("node_selector")
-    @classmethod
-    def _selector(cls, v: dict[str, str]) -> dict[str, str]:
-        return C.labels(v)
-
-    @field_validator("priority_class_name")
-    @classmethod
-    def _priority(cls, v: str) -> str:
-        return C.subdomain(v, "priorityClassName") if v else v
-
-    @field_validator("scheduler_name")
-    @classmethod
-    def _scheduler(cls, v: str) -> str:
-        return C.subdomain(v, "schedulerName") if v else v
-
-    @field_validator("queue")
-    @classmethod
-    def _queue(cls, v: str) -> str:
-        return C.queue_name(v) if v else v
 
 
 class JobSpec(_Model):

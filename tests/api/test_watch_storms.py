@@ -24,7 +24,7 @@ from tests.api.test_verbs import running_job
 
 JOBS = "/apis/batch/v1/namespaces/default/jobs"
 PODS = "/api/v1/namespaces/default/pods"
-ATTEMPTS = 8  # the real bound (kdist.kube.reflector.WATCH_BACKOFF.attempts)
+ATTEMPTS = 8  # the real bound (kdist.kube.watch.reflector.WATCH_BACKOFF.attempts)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -62,7 +62,7 @@ VERBS = {"wait": ["wait", "demo", "--timeout", "10"],
 @pytest.fixture
 def fast_backoff(monkeypatch):
     """The real bound, with pauses of 10 to 40 ms."""
-    from kdist.kube import reflector
+    from kdist.kube.watch import reflector
 
     real = getattr(reflector, "WATCH_BACKOFF", reflector.Backoff())
     monkeypatch.setattr(reflector, "WATCH_BACKOFF",
@@ -121,7 +121,7 @@ def test_the_real_backoff_keeps_a_storm_small(api, kdist):
 
 
 def test_the_real_backoff_gives_up_within_a_minute():
-    from kdist.kube.reflector import Backoff
+    from kdist.kube.watch.reflector import Backoff
 
     real = Backoff()
     waited = sum(real.delay(f) for f in range(1, real.attempts))

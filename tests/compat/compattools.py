@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from kdist.local import descendants  # the runner's own view of its process tree
+from kdist.local.runner import descendants  # the runner's own view of its process tree
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent

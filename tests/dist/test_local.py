@@ -182,7 +182,7 @@ def test_the_runner_counts_a_restart_in_process_its_launchers_say_once():
     import sys
 
     from kdist.local import run_nodes
-    from kdist.local_ledger import LocalLedger
+    from kdist.local.ledger import LocalLedger
     from kdist.shared.ledger import in_process_line
 
     said = "kdist.launch: " + in_process_line(1, 2, "worker rank 1 (node 1, local rank 0, "

@@ -86,7 +86,7 @@ def test_the_pump_reads_on_past_a_line_its_ledger_cannot_read():
     raises must not end the reading (the node would block on a full pipe)."""
     import threading
 
-    from kdist.local import _pump
+    from kdist.local.runner import _pump
 
     class Picky:
         def __init__(self) -> None:

@@ -1,4 +1,4 @@
-"""Record what `kdist.kube.reflector` sees of one job into a fixture for tests/unit/test_watch.py.
+"""Record what `kdist.kube.watch.reflector` sees of one job into a tests/unit/test_watch.py fixture.
 
     python tests/e2e/record_stream.py -n NAMESPACE JOB OUT.jsonl
 
@@ -15,10 +15,10 @@ import json
 from typing import Any
 
 from kdist.kube.client import Cluster
-from kdist.kube.config import ClusterOptions
-from kdist.kube.reflector import Session
-from kdist.kube.sources import job_sources
-from kdist.kube.tracker import Tracker
+from kdist.kube.connect.config import ClusterOptions
+from kdist.kube.watch.reflector import Session
+from kdist.kube.watch.sources import job_sources
+from kdist.kube.watch.tracker import Tracker
 
 
 class RecordingTracker(Tracker):

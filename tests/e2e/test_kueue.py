@@ -27,7 +27,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from kdist import backends
-from kdist.kube.objects import terminal_condition
+from kdist.kube.watch.objects import terminal_condition
 
 from .conftest import REQUEST_TIMEOUT, Kube
 from .conftest_cli import job_file_fixture, kdist_fixture  # noqa: F401 - fixtures

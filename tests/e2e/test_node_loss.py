@@ -43,7 +43,7 @@ from typing import Any
 import pytest
 from kubernetes import client, watch
 
-from kdist.kube.objects import pod_rank
+from kdist.kube.watch.objects import pod_rank
 from kdist.rendering import render
 from kdist.shared import labels as L
 from kdist.spec import validate_job

@@ -32,7 +32,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from kdist.kube.objects import pod_rank
+from kdist.kube.watch.objects import pod_rank
 from kdist.spec.quantity import parse_quantity
 
 from .conftest import REQUEST_TIMEOUT, Kube

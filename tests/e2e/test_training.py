@@ -14,7 +14,7 @@ import yaml
 from kubernetes import client, utils
 
 from kdist import backends
-from kdist.kube import objects
+from kdist.kube.watch import objects
 from kdist.rendering import render
 from kdist.shared import labels as L
 from kdist.spec import validate_job

@@ -92,7 +92,7 @@ def test_a_cluster_client_imports_only_the_pieces_of_the_official_package_it_use
     code = f"""
 import json, sys
 from kdist.kube.client import Cluster
-from kdist.kube.config import ClusterOptions
+from kdist.kube.connect.config import ClusterOptions
 cluster = Cluster.connect(ClusterOptions(kubeconfig={str(tmp_path / "kubeconfig")!r}))
 assert cluster.server == "http://127.0.0.1:9", cluster.server
 before = sorted(sys.modules)

@@ -10,7 +10,8 @@ import pytest
 
 from kdist import backends
 from kdist.backends import base
-from kdist.kube import kinds, objects
+from kdist.kube import kinds
+from kdist.kube.watch import objects
 from kdist.rendering import render, with_backend
 from kdist.rendering.addons import RULES
 from kdist.shared import facts

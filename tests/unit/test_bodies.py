@@ -1,5 +1,5 @@
-"""Reading answers in bounded pieces (`kdist.kube.bodies`) and when to send again
-(`kdist.kube.throttle`): the pure parts, without a server."""
+"""Reading answers in bounded pieces (`kdist.kube.connect.bodies`) and when to send again
+(`kdist.kube.connect.throttle`): the pure parts, without a server."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import zlib
 
 import pytest
 
-from kdist.kube import bodies, throttle
-from kdist.kube.deadline import Watchdog, each_within
+from kdist.kube.connect import bodies, throttle
+from kdist.kube.connect.deadline import Watchdog, each_within
 from kdist.kube.errors import HttpError
 from kdist.shared.errors import ClusterError
 

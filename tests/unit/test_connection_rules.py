@@ -8,7 +8,7 @@ import base64
 
 import pytest
 
-from kdist.kube import proxy, trust
+from kdist.kube.connect import proxy, trust
 from kdist.kube.errors import redacted
 from kdist.shared.errors import UsageError
 

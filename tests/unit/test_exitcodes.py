@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kdist.launch import pick_failure
 from kdist.rendering import render
+from kdist.runtime.failures import pick_failure
 from kdist.shared import exitcodes
 from kdist.spec import validate_job
 

@@ -12,8 +12,8 @@ import pytest
 from kdist.api.jobs import create
 from kdist.kube import kinds
 from kdist.kube.errors import Forbidden
-from kdist.kube.objects import gang_of, gang_state
-from kdist.kube.tracker import Tracker
+from kdist.kube.watch.objects import gang_of, gang_state
+from kdist.kube.watch.tracker import Tracker
 from kdist.rendering import gang as G
 from kdist.rendering import render
 from kdist.rendering.addons import RULES

@@ -10,11 +10,11 @@ import torch
 from click.testing import CliRunner
 
 from bench.gpu import BF16_PEAK_TFLOPS, _peak
-from kdist import launch
 from kdist.cli import main
-from kdist.launch import resolve_env
-from kdist.local import _gpu_env, gpu_shares, visible_gpus
+from kdist.local.gpus import _gpu_env, gpu_shares, visible_gpus
 from kdist.rendering.contract import pod_env
+from kdist.runtime import launch
+from kdist.runtime.launch import resolve_env
 from kdist.shared.errors import UsageError
 from kdist.spec import validate_job
 from kdist.workloads import common

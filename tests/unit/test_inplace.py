@@ -14,9 +14,9 @@ import kubernetes_validate
 import pytest
 
 from kdist.api.jobs import create
-from kdist.kube.objects import restart_mode_of
-from kdist.kube.restartprobe import serves_in_place
-from kdist.kube.tracker import Tracker
+from kdist.kube.probe.restarts import serves_in_place
+from kdist.kube.watch.objects import restart_mode_of
+from kdist.kube.watch.tracker import Tracker
 from kdist.rendering import render
 from kdist.rendering import restarts as R
 from kdist.shared import exitcodes
@@ -347,7 +347,7 @@ def test_a_status_read_counts_the_ledgers_restarts_on_every_rank():
 
 
 def test_a_spent_lost_peer_is_not_blamed_before_the_spent_kill():
-    from kdist.kube.state import Failure
+    from kdist.kube.watch.state import Failure
 
     t = Tracker("unit-job", "d")
     t.state.failures = [
@@ -364,7 +364,7 @@ def test_a_spent_lost_peer_is_not_blamed_before_the_spent_kill():
 
 
 def test_the_ledger_counts_a_restart_from_its_fault_to_the_resumed_step():
-    from kdist.kube.ledger import Ledger
+    from kdist.kube.watch.ledger import Ledger
 
     led = Ledger()
     led.failed("rank 1 (pod p1)", 137, "2026-12-05T03:00:00Z", now=1e9, last_step=50)
@@ -392,7 +392,7 @@ def test_status_reads_the_ledger_a_watch_left_on_the_job():
     import json
 
     from kdist.cli.progress import ledger_lines
-    from kdist.kube.ledger import ANNOTATION, Ledger
+    from kdist.kube.watch.ledger import ANNOTATION, Ledger
 
     led = Ledger()
     led.failed("rank 1 (pod p1)", 137, "2026-12-05T03:00:00Z", now=0, last_step=50)
@@ -430,7 +430,7 @@ def test_the_watch_keeps_its_ledger_from_failures_and_log_lines():
 
 def test_a_restart_of_a_script_without_step_lines_is_not_lost_time_once_the_job_succeeded():
     from kdist.cli.progress import ledger_lines
-    from kdist.kube.ledger import Ledger
+    from kdist.kube.watch.ledger import Ledger
 
     led = Ledger()
     led.failed("rank 0 (pod p0)", 204, None, now=1000.0, last_step=None)

@@ -7,7 +7,7 @@ import itertools
 from typing import Any
 
 from kdist.kube import kinds
-from kdist.kube.jobswatch import JobsWatch
+from kdist.kube.watch.jobswatch import JobsWatch
 from tests.unit.test_watch import load, payload, replay
 
 

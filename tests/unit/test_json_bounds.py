@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from kdist.cli.running import RunSummary
-from kdist.local_ledger import LocalLedger
+from kdist.local.ledger import LocalLedger
 from kdist.runtime.workers import Worker
 from kdist.shared import records
 

@@ -74,7 +74,7 @@ def test_a_local_run_expands_each_nodes_args_from_its_own_container_env(monkeypa
     """What `kdist run --local` hands its nodes: node rank per node, spec.env expanded,
     the host's variables never, but for HOME: `$(HOME)` is the HOME the nodes get (a pod's
     is kdist's writable one), here this machine's."""
-    from kdist import local
+    from kdist.local import runner as local
     from kdist.spec import validate_job
 
     from .helpers import spec_with

@@ -1,4 +1,4 @@
-"""kdist.launch's pure parts: env -> LaunchPlan, argv, the master wait. No processes."""
+"""kdist.runtime.launch's pure parts: env -> LaunchPlan, argv, the master wait. No processes."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kdist.launch import (
+from kdist.runtime.launch import (
     LaunchError,
     LaunchPlan,
     _cause,
@@ -301,7 +301,7 @@ def test_wait_times_out_on_a_name_that_never_resolves():
 
 
 def test_local_runs_keep_checkpoints_in_the_working_directory(tmp_path):
-    from kdist.local import local_checkpoint_dir
+    from kdist.local.state import local_checkpoint_dir
     from kdist.spec import validate_job
     from tests.unit.helpers import spec_with
 

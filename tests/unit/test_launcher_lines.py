@@ -12,8 +12,8 @@ import pytest
 
 from kdist.api.localview import LocalView
 from kdist.cli.running import RunSummary
-from kdist.kube.objects import last_words
-from kdist.kube.tracker import Tracker
+from kdist.kube.watch.objects import last_words
+from kdist.kube.watch.tracker import Tracker
 from kdist.runtime import agent
 from kdist.runtime import output as O
 from kdist.runtime.output import Output

@@ -9,8 +9,8 @@ import json
 import pytest
 
 from kdist.cli.progress import ledger_lines
-from kdist.kube.tracker import Tracker
-from kdist.local_ledger import LocalLedger
+from kdist.kube.watch.tracker import Tracker
+from kdist.local.ledger import LocalLedger
 from kdist.shared import exitcodes
 from kdist.shared.ledger import InProcess, Ledger, in_process_line, in_process_restart
 
@@ -263,7 +263,7 @@ def test_a_killed_node_launcher_is_one_restart_though_its_peer_restarted_in_proc
 
 def test_client_run_local_hands_the_ledger_over_at_the_end(tmp_path, monkeypatch):
     import kdist
-    from kdist import local
+    from kdist.local import runner as local
     from kdist.shared.errors import UsageError
     from kdist.spec import validate_job
     from tests.unit.helpers import spec_with

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from kdist import local
 from kdist.cli import main
+from kdist.local import runner as local
 from kdist.rendering.workdir import pack
 from kdist.shared.errors import UsageError
 from kdist.spec import validate_job

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from kdist import local
 from kdist.cli import main
+from kdist.local import runner as local
 from kdist.shared import env as E
 from tests.unit.helpers import spec_with, write_spec
 

@@ -3,7 +3,7 @@ containers still read as running; the tracker says so once, in words."""
 
 from __future__ import annotations
 
-from kdist.kube.tracker import Tracker
+from kdist.kube.watch.tracker import Tracker
 
 
 def _pod(ready: str) -> dict:

@@ -7,7 +7,7 @@ import io
 from rich.console import Console
 
 from kdist.cli.progress import PlainDisplay, progress_table
-from kdist.kube.state import JobState
+from kdist.kube.watch.state import JobState
 
 
 def state(ppn: int | None) -> JobState:

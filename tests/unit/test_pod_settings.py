@@ -11,7 +11,7 @@ import kubernetes_validate
 import pytest
 
 from kdist import backends
-from kdist.kube.objects import job_pod_templates
+from kdist.kube.watch.objects import job_pod_templates
 from kdist.rendering import render
 from kdist.rendering.overlay import merge
 from kdist.shared.errors import SpecError

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from kdist import backends
-from kdist.kube.objects import job_phase, workload_state
-from kdist.kube.tracker import Tracker
+from kdist.kube.watch.objects import job_phase, workload_state
+from kdist.kube.watch.tracker import Tracker
 from kdist.rendering import render
 from kdist.spec import validate_job
 from tests.unit.helpers import spec_with

@@ -14,14 +14,15 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
-from kdist import backends, launch_code
+from kdist import backends
 from kdist.kube import kinds
 from kdist.kube.client import Cluster
-from kdist.kube.sources import wait_gone
-from kdist.kube.tracker import Tracker
+from kdist.kube.watch.sources import wait_gone
+from kdist.kube.watch.tracker import Tracker
 from kdist.rendering import addons, render, with_backend
 from kdist.rendering.code_configmaps import CHUNK_BYTES
 from kdist.rendering.workdir import WorkdirError, pack, pack_workdir
+from kdist.runtime import workdir as launch_code
 from kdist.shared import env as E
 from kdist.shared import labels as L
 from kdist.shared.errors import LaunchError, SpecError
@@ -296,7 +297,7 @@ def test_delete_removes_code_configmaps_that_nothing_owns(tmp_path):
 
 def test_delete_waits_for_configmaps_too(monkeypatch):
     watched: list[str] = []
-    monkeypatch.setattr("kdist.kube.reflector.wait_empty",
+    monkeypatch.setattr("kdist.kube.watch.reflector.wait_empty",
                         lambda source, timeout, **_: watched.append(source.kind.plural))
     wait_gone(FakeCluster([]), "unit-job", "ml", 5)
     assert "configmaps" in watched

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 import kdist.api
 from kdist.cli import main
 from kdist.cli.running import RunSummary
-from kdist.local_state import earlier_checkpoints
+from kdist.local.state import earlier_checkpoints
 from tests.unit.helpers import spec_with, write_spec
 
 CHECKPOINT = {"path": "/checkpoints", "volume": {"emptyDir": {}}}

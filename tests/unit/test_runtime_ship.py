@@ -50,7 +50,8 @@ def test_the_zip_is_the_same_bytes_every_time_and_fits_one_configmap():
     # One ConfigMap that a client-side `kubectl apply` can still copy into its annotation.
     assert len(first.data) <= CHUNK_BYTES, len(first.data)
     names = zipfile.ZipFile(io.BytesIO(first.data)).namelist()
-    assert names[:3] == ["kdist/__init__.py", "kdist/launch.py", "kdist/launch_code.py"]
+    assert names[:2] == ["kdist/__init__.py", "kdist/launch.py"]
+    assert {"kdist/runtime/launch.py", "kdist/runtime/workdir.py"} <= set(names)
     assert "kdist/runtime/sitehook/sitecustomize.py" in names
     assert "kdist/workloads/ddp.py" in names
     assert not any(n.startswith(("kdist/cli/", "kdist/api/", "kdist/kube/", "kdist/rendering/",
@@ -207,7 +208,7 @@ def test_the_bootstrap_runs_the_launcher_from_the_zip(tmp_path):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_status_says_the_runtime_was_shipped_and_which(backend):
-    from kdist.kube.tracker import Tracker
+    from kdist.kube.watch.tracker import Tracker
 
     for image, shipped in ((BARE, True), ("kdist-train:dev-cpu", False)):
         obj = render(job_with(**{"spec.image": image, "spec.backend": backend}))[0]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kdist.kube.jobswatch import job_label_selector
+from kdist.kube.watch.jobswatch import job_label_selector
 from kdist.shared.errors import UsageError
 from kdist.shared.selectors import MAX_SELECTOR, SelectorProblem, check_selector
 

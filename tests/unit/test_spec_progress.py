@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kdist import backends
-from kdist.kube.objects import job_pod_templates
+from kdist.kube.watch.objects import job_pod_templates
 from kdist.rendering import render
 from kdist.runtime.plan import resolve_env
 from kdist.spec import validate_job

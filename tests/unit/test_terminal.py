@@ -11,7 +11,7 @@ import io
 import pytest
 
 from kdist.kube.errors import Action, HttpError, api_error
-from kdist.kube.state import JobState, RankState
+from kdist.kube.watch.state import JobState, RankState
 from kdist.shared import env as E
 from kdist.shared.errors import ClusterError, JobFailed, SpecError
 from kdist.shared.terminal import escape, escape_lines, escape_log, log_for

@@ -16,9 +16,9 @@ import pytest
 
 from kdist.cli.progress import sparkline
 from kdist.kube.errors import Action, Gone, HttpError, Transient, api_error
-from kdist.kube.objects import job_phase, parse_record, pod_rank
-from kdist.kube.reflector import Backoff, Reflector, Session, Sources, follow_log, wait_empty
-from kdist.kube.tracker import Tracker
+from kdist.kube.watch.objects import job_phase, parse_record, pod_rank
+from kdist.kube.watch.reflector import Backoff, Reflector, Session, Sources, follow_log, wait_empty
+from kdist.kube.watch.tracker import Tracker
 from kdist.shared.errors import ClusterError, JobNotFound
 from kdist.shared.facts import max_steps_from_args
 
@@ -81,7 +81,7 @@ def test_indexed_job_failure_names_rank_and_exit_code():
 
 
 def test_json_names_the_code_error_even_when_a_lost_peer_came_first():
-    from kdist.kube.state import Failure, JobState
+    from kdist.kube.watch.state import Failure, JobState
     s = JobState("j", outcome="Failed")
     s.failures += [Failure(0, "j-0-a", 203, "Error", "2026-12-02T00:00:01Z"),
                    Failure(1, "j-1-b", 3, "Error", "2026-12-02T00:00:01Z", said="boom")]

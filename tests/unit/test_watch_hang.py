@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kdist.cli import progress
-from kdist.kube.tracker import Tracker
+from kdist.kube.watch.tracker import Tracker
 from kdist.shared import exitcodes
 
 from .fixtures.handmade import batch_job, facts, idx, pod, running, terminated

@@ -18,7 +18,9 @@ from pathlib import Path
 import pytest
 
 import kdist.rendering.workdir
-from kdist.launch_code import (
+from kdist.rendering.code_configmaps import CHUNK_BYTES, code_volume, to_configmaps
+from kdist.rendering.workdir import MTIME, Packed, WorkdirError, pack
+from kdist.runtime.workdir import (
     MAX_FILES,
     UnpackError,
     part_key,
@@ -26,8 +28,6 @@ from kdist.launch_code import (
     unpack_from_env,
     use_shipped_code,
 )
-from kdist.rendering.code_configmaps import CHUNK_BYTES, code_volume, to_configmaps
-from kdist.rendering.workdir import MTIME, Packed, WorkdirError, pack
 from kdist.shared import env as E
 from kdist.shared import labels as L
 from kdist.shared.errors import LaunchError, SpecError

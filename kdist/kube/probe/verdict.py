@@ -1,4 +1,4 @@
-"""One line of `kdist check` (`kdist.kube.probe`), and the raw request its probes make."""
+"""One line of `kdist check` (`kdist.kube.probe.check`), and the raw request its probes make."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from kdist.kube import bodies
-from kdist.kube.answers import refused
+from kdist.kube.connect import bodies
 from kdist.kube.errors import HttpError, Unanswered, not_the_api
+from kdist.kube.watch.answers import refused
 from kdist.shared import jsonread
 from kdist.shared.limits import MAX_ANSWER_BYTES
 

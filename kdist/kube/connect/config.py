@@ -3,9 +3,9 @@
 A kubeconfig is untrusted input like a spec: it is read as a regular file of
 bounded size, its YAML bounded in nodes and depth (an alias bomb is refused),
 and its context's namespace validated before anything is sent. What it trusts and
-sends is checked as kubectl checks it (`kdist.kube.trust`: the CA, the client
+sends is checked as kubectl checks it (`kdist.kube.connect.trust`: the CA, the client
 certificate, the token), and kdist, not the official client, picks the proxy
-(`kdist.kube.proxy`). Problems are ``UsageError`` (exit 2), naming the field.
+(`kdist.kube.connect.proxy`). Problems are ``UsageError`` (exit 2), naming the field.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kdist.kube import execplugin
+from kdist.kube.connect import execplugin
 from kdist.kube.errors import redacted
 from kdist.shared.errors import ClusterError, UsageError
 from kdist.shared.names import namespace_problem
@@ -106,7 +106,7 @@ class KubeConfig:
     def configuration(self) -> Any:
         """A `kubernetes.client.Configuration` for this context (server, TLS, credentials,
         proxy); UsageError for a kubeconfig kubectl would refuse, before anything is sent."""
-        from kdist.kube.official import pieces
+        from kdist.kube.connect.official import pieces
 
         configuration, config, _ = pieces()
         cfg = configuration()
@@ -230,7 +230,7 @@ class _Picked:
     def check_cluster(self) -> None:
         """A CA kubectl would refuse, or a proxy-url kdist cannot use: before any plugin runs
         or anything is sent."""
-        from kdist.kube import proxy, trust
+        from kdist.kube.connect import proxy, trust
 
         trust.check_cluster(self.cluster, lambda name: self.named("clusters", name))
         url = self.cluster.get("proxy-url")
@@ -240,7 +240,7 @@ class _Picked:
     def check_credentials(self, cfg: Any, token_file: Path | None) -> None:
         """The token an HTTP header can carry, the client certificate a pair that loads;
         messages name the field, never the token."""
-        from kdist.kube import trust
+        from kdist.kube.connect import trust
 
         token = cfg.api_key.get("BearerToken") or cfg.api_key.get("authorization") or ""
         trust.check_token(token, str(token_file or self._token_field()))
@@ -259,8 +259,8 @@ class _Picked:
 
 
 def _set_proxy(cfg: Any, picked: _Picked) -> None:
-    """kdist's choice of proxy (kdist.kube.proxy), not the official client's own."""
-    from kdist.kube import proxy
+    """kdist's choice of proxy (kdist.kube.connect.proxy), not the official client's own."""
+    from kdist.kube.connect import proxy
 
     chosen = proxy.choose(str(cfg.host), picked.cluster.get("proxy-url"),
                           picked.named("clusters", "proxy-url"), os.environ)
@@ -292,7 +292,7 @@ def _files_checked(doc: dict[str, Any], context: str | None,
     user = picked.user
     token_file = user.get("tokenFile")
     if isinstance(token_file, str) and token_file and "token" not in user:
-        from kdist.kube.trust import read_capped
+        from kdist.kube.connect.trust import read_capped
 
         where = f"{picked.named('users', 'tokenFile')} {token_file}"
         data = read_capped(token_file, MAX_TOKEN_BYTES, where)

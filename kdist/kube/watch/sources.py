@@ -1,15 +1,16 @@
-"""The cluster as the watch loop (`kdist.kube.reflector`) reads it: list/watch and logs."""
+"""The cluster as the watch loop (`kdist.kube.watch.reflector`) reads it: list/watch and logs."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import Any
 
-from kdist.kube import answers, kinds
+from kdist.kube import kinds
 from kdist.kube.client import LOG_READ_TIMEOUT, WATCH_SECONDS, Cluster
 from kdist.kube.errors import Action, Gone, HttpError, Transient, api_error
-from kdist.kube.objects import count, pod_selector
-from kdist.kube.reflector import Sources
+from kdist.kube.watch import answers
+from kdist.kube.watch.objects import count, pod_selector
+from kdist.kube.watch.reflector import Sources
 from kdist.shared import jsonread
 from kdist.shared.errors import JobNotFound
 from kdist.shared.limits import MAX_EVENT_BYTES
@@ -110,7 +111,7 @@ class PodLogs:
 
 def job_sources(cluster: Cluster, job: dict[str, Any]) -> Sources:
     """The job watch, the pod watch and the log reader that `reflector.Session` needs."""
-    from kdist.kube.objects import gang_of
+    from kdist.kube.watch.objects import gang_of
     from kdist.shared.labels import KUEUE_JOB_UID, QUEUE
 
     meta = job["metadata"]
@@ -131,7 +132,7 @@ def job_sources(cluster: Cluster, job: dict[str, Any]) -> Sources:
 
 def wait_gone(cluster: Cluster, name: str, namespace: str, timeout: float) -> None:
     """Block until no object of job `name` is left, by watching (not polling)."""
-    from kdist.kube.reflector import wait_empty
+    from kdist.kube.watch.reflector import wait_empty
     from kdist.shared.labels import selector_string
 
     by_name, by_label = f"metadata.name={name}", selector_string(name)

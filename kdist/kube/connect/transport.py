@@ -2,12 +2,12 @@
 deadline, its answer read in bounded pieces, sent again when the server asks.
 
 `Transport.exchange` is one request: the urllib3 pool that `kubernetes.client.rest`
-builds from the kubeconfig (TLS, the proxy kdist chose in `kdist.kube.proxy`), a
+builds from the kubeconfig (TLS, the proxy kdist chose in `kdist.kube.connect.proxy`), a
 `Watchdog` that ends it by the request timeout whatever the server's pace
-(`kdist.kube.deadline`), and its failures as `HttpError` (a non-2xx answer, its
+(`kdist.kube.connect.deadline`), and its failures as `HttpError` (a non-2xx answer, its
 body read at most 1 MiB) or `Unanswered` (naming what was asked, and whether it may
 have reached the server). `Transport.retrying` sends a request again when a 429
-(or a GET's 5xx) asks for a short wait (`kdist.kube.throttle`). Every answer's
+(or a GET's 5xx) asks for a short wait (`kdist.kube.connect.throttle`). Every answer's
 `Warning:` texts are kept, each distinct one once (`take_warnings`). A server whose
 certificate is not checked (``insecure-skip-tls-verify: true``) is said once per process
 on stderr, in place of urllib3's warning on every request (`_say_unverified`).
@@ -25,10 +25,10 @@ from dataclasses import replace
 from typing import Any, TypeVar
 from urllib.parse import urlencode
 
-from kdist.kube import bodies, throttle
-from kdist.kube.deadline import Watchdog, install
+from kdist.kube.connect import bodies, throttle
+from kdist.kube.connect.deadline import Watchdog, install
+from kdist.kube.connect.trust import check_token
 from kdist.kube.errors import HttpError, Unanswered, redacted, timed_out, unreachable, unsent
-from kdist.kube.trust import check_token
 from kdist.shared.errors import ClusterError
 
 T = TypeVar("T")
@@ -47,7 +47,7 @@ class Transport:
     """Requests to one API server, as the kubeconfig (and --context) says."""
 
     def __init__(self, configuration: Any, request_timeout: float) -> None:
-        from kdist.kube.official import pieces
+        from kdist.kube.connect.official import pieces
 
         rest = pieces()[2]
         self.configuration = configuration
@@ -81,7 +81,7 @@ class Transport:
                  body: Any = None, *, read_timeout: float | None = None,
                  deadline: float | None = None,
                  what: object = "") -> Iterator[tuple[Any, Watchdog]]:
-        """One request, ended by its deadline (`kdist.kube.deadline`; the request
+        """One request, ended by its deadline (`kdist.kube.connect.deadline`; the request
         timeout unless `deadline` says other): its raw (unread) urllib3 response for the
         block to read, and the watchdog (a stream re-arms it).
 

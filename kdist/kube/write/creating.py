@@ -20,10 +20,11 @@ import secrets
 from typing import Any, Protocol
 
 from kdist import backends
-from kdist.kube import kinds, owned
-from kdist.kube.answers import created_problem
+from kdist.kube import kinds
 from kdist.kube.errors import Action, AlreadyExists, Forbidden, MaybeDone, PartlyUndone
-from kdist.kube.taken import taken
+from kdist.kube.watch.answers import created_problem
+from kdist.kube.write import owned
+from kdist.kube.write.taken import taken
 from kdist.shared.errors import ClusterError, JobNotFound, KdistError, OperatorMissing
 from kdist.shared.labels import JOB_NAME
 

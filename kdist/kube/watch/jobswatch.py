@@ -19,9 +19,9 @@ from typing import Any
 
 from kdist.kube import kinds
 from kdist.kube.client import Cluster
-from kdist.kube.reflector import Reflector
-from kdist.kube.sources import ApiSource
-from kdist.kube.tracker import JobState, Tracker
+from kdist.kube.watch.reflector import Reflector
+from kdist.kube.watch.sources import ApiSource
+from kdist.kube.watch.tracker import JobState, Tracker
 from kdist.shared import labels as L
 from kdist.shared.errors import KdistError, UsageError
 from kdist.shared.selectors import SelectorProblem, check_selector

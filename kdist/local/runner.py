@@ -22,10 +22,10 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from kdist.local_gpus import _gpu_env, gpu_shares, visible_gpus  # noqa: F401 (were here)
-from kdist.local_ledger import LocalLedger
-from kdist.local_state import earlier_checkpoints, local_checkpoint_dir, state_dir
-from kdist.local_stop import _kill_tree, _stop, _stop_saving
+from kdist.local.gpus import _gpu_env
+from kdist.local.ledger import LocalLedger
+from kdist.local.state import earlier_checkpoints, local_checkpoint_dir, state_dir
+from kdist.local.stop import _kill_tree, _stop, _stop_saving
 from kdist.shared import env as E
 from kdist.shared import exitcodes
 from kdist.shared.errors import UsageError
@@ -58,8 +58,8 @@ def run_local(job: Any, *, stdout: IO[str] | None = None, code: Any = None,
     port is taken here (another local run), a free one is used, said in one
     line on stderr. `code` (a packed workdir) runs the nodes in a fresh copy of
     it (``local_workspace``). `on_interrupt(signal)`: see ``run_nodes``. `root`: where
-    ``.kdist/<name>`` is (`local_state.state_root`; default the current directory).
-    `on_ledger(ledger)` hears, at the end, the run's goodput ledger (``kdist.local_ledger``,
+    ``.kdist/<name>`` is (`kdist.local.state.state_root`; default the current directory).
+    `on_ledger(ledger)` hears, at the end, the run's goodput ledger (``kdist.local.ledger``,
     as `kdist status -o json` has a job's) when a node restarted. `fresh`: the job's local
     checkpoints are removed first (else the run resumes from them, said in one line);
     `on_checkpoints(dir)` hears where they are, when spec.checkpoint is set."""
@@ -133,8 +133,8 @@ def local_workspace(job: Any, code: Any, cwd: Path) -> Path:
     """
     import base64
 
-    from kdist.launch_code import UnpackError, unpack
     from kdist.rendering.code_configmaps import to_configmaps
+    from kdist.runtime.workdir import UnpackError, unpack
 
     state = state_dir(job.metadata.name, cwd)
     parts, workspace = state / "code", state / "workspace"

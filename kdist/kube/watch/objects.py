@@ -234,7 +234,7 @@ def pod_view(pod: dict[str, Any]) -> PodView:
     phase = status.get("phase") or "Pending"
     reason = status.get("reason") or ""
     cs = main_container(status.get("containerStatuses") or [])
-    # A null member is not set (the answer's shape is checked in `kdist.kube.answers`).
+    # A null member is not set (the answer's shape is checked in `kdist.kube.watch.answers`).
     state = {k: v for k, v in ((cs or {}).get("state") or {}).items() if v is not None}
     exit_code = finished = None
     said = ""

@@ -9,7 +9,7 @@ here, before anything runs or is sent, naming ``users[NAME].user.exec.FIELD``.
 What no look at the file can tell (a program this system cannot run, a ``#!`` line
 naming an interpreter that is not there) is told by the loader's own failure to
 start it (`check_started`), and is exit 2 too. A plugin that runs and fails stays
-exit 3, in its own words (kdist.kube.config).
+exit 3, in its own words (kdist.kube.connect.config).
 
 The command is found as kubectl finds it: one with a "/" in it relative to the
 folder of the kubeconfig that names it (`anchor`), a bare name on PATH (the

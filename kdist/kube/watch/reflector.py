@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from kdist.kube.errors import Forbidden, Gone, Transient
-from kdist.kube.objects import parse_time
-from kdist.kube.tracker import Tracker
+from kdist.kube.watch.objects import parse_time
+from kdist.kube.watch.tracker import Tracker
 from kdist.shared.errors import ClusterError
 from kdist.shared.terminal import escape
 

@@ -13,17 +13,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from kdist.kube.objects import (
-    CONFIG_ERROR_REASONS,
+from kdist.kube.watch.objects import (
     DELETED,
     FAILED,
-    GANG_ECHO,
-    IMAGE_PULL_REASONS,
-    RESTARTED_IN_PLACE,
     SUCCEEDED,
     PodView,
     checked_job_nodes,
-    count,
     gang_of,
     gang_state,
     job_kind_backend,
@@ -35,7 +30,8 @@ from kdist.kube.objects import (
     terminal_condition,
     workload_state,
 )
-from kdist.kube.state import Failure, JobState, RankState
+from kdist.kube.watch.podwarnings import Warned, once, pod_warnings
+from kdist.kube.watch.state import Failure, JobState, RankState
 from kdist.shared import exitcodes, facts
 from kdist.shared.ledger import ANNOTATION as LEDGER
 from kdist.shared.ledger import Ledger, in_process_restart
@@ -57,7 +53,7 @@ class Tracker:
         self._pods: dict[str, PodView] = {}  # uid -> latest view
         self._by_name: dict[str, str] = {}  # pod name -> uid
         self._rank_pods: dict[int, set[str]] = {}  # rank -> every pod uid seen for it
-        self._warned: set[tuple[Any, ...]] = set()
+        self._warned: Warned = set()
         # (pod uid, when its container ended) of the exits already in state.failures
         self._failed: set[tuple[str, str]] = set()
         self._retried: dict[str, int] = {}  # per pod: the retryable exits the ledger counted
@@ -164,7 +160,6 @@ class Tracker:
         view = pod_view(pod)
         if view.rank is None:
             return []
-        old = self._pods.get(view.uid)
         if kind == "DELETED":
             self._forget(view)
             return []
@@ -193,7 +188,7 @@ class Tracker:
                                view.in_place_exit or 137, self.clock(), self._last_step())
             self.ledger_changed()
         self._refresh_rank(view.rank)
-        return self._pod_warnings(pod, view, old)
+        return pod_warnings(self._warned, self.state.unit, pod, view)
 
     def pod_relist(self, items: list[dict[str, Any]]) -> list[str]:
         """Every pod as a fresh list shows them: the ones missing were deleted meanwhile."""
@@ -237,110 +232,7 @@ class Tracker:
         r.restarts = max(r.restarts, self._gang_restarts)
 
     def _warn(self, key: tuple[Any, ...], text: str) -> list[str]:
-        if key in self._warned:
-            return []
-        self._warned.add(key)
-        return [text]
-
-    def _pod_warnings(self, pod: dict[str, Any], v: PodView, old: PodView | None) -> list[str]:
-        status = pod.get("status") or {}
-        who = f"{self.state.unit} {v.rank} (pod {v.name})"
-        out: list[str] = []
-        conditions = {c.get("type"): c for c in status.get("conditions") or []
-                      if c.get("status") in ("True", "False")}
-        sched = conditions.get("PodScheduled") or {}
-        if sched.get("status") == "False" and sched.get("reason") == "Unschedulable":
-            msg = sched.get("message", "")
-            # A gang's other pods only echo that it is incomplete ("minCount (2) cannot be
-            # satisfied: ..."): the pod that does not fit says why, the PodGroup the rest.
-            if not msg.startswith(GANG_ECHO):
-                out += self._warn(("sched", msg), f"FailedScheduling: {who}: {msg}")
-        # A node that stopped reporting: the node controller marks its pods not Ready
-        # while their containers' last known state is still running.
-        ready, cready = conditions.get("Ready") or {}, conditions.get("ContainersReady") or {}
-        if v.phase == "Running" and ready.get("status") == "False" and \
-                cready.get("status") == "True":
-            out += self._warn(("node-lost", v.uid),
-                              f"node {v.node or '?'} NotReady (its kubelet stopped reporting); "
-                              f"{who} is lost with it: replaced once the node returns or is "
-                              "tainted node.kubernetes.io/out-of-service")
-        # The kubelet's eviction (status.reason) and the API's DisruptionTarget condition
-        # tell the same story: one warning, the kubelet's words preferred.
-        disrupted = (conditions.get("DisruptionTarget") or {}).get("status") == "True"
-        evicted = status.get("reason") == "Evicted"
-        if evicted:
-            out += self._warn(("evicted", v.uid), f"{who} was evicted: {status.get('message', '')}")
-        elif disrupted:
-            c = conditions["DisruptionTarget"]
-            out += self._warn(("evicted", v.uid),
-                              f"{who} disrupted: {c.get('reason')}: {c.get('message', '')}")
-        statuses = (status.get("initContainerStatuses") or []) + (
-            status.get("containerStatuses") or [])
-        for cs in statuses:
-            out += self._container_warnings(cs, v, who, evicted or disrupted)
-        return out
-
-    def _container_warnings(self, cs: dict[str, Any], v: PodView, who: str,
-                            evicted: bool) -> list[str]:
-        """Image pulls, config errors, CrashLoopBackOff, OOMKilled, restarts, exit codes.
-
-        An evicted/disrupted pod's exit code is the eviction's, already reported.
-        """
-        name, image = cs.get("name", ""), cs.get("image", "")
-        state, last = cs.get("state") or {}, cs.get("lastState") or {}
-        waiting, term = state.get("waiting") or {}, state.get("terminated") or {}
-        last_term = last.get("terminated") or {}
-        restarts = count(cs.get("restartCount"))
-        out: list[str] = []
-        reason = waiting.get("reason")
-        if reason in IMAGE_PULL_REASONS:
-            out += self._warn(("image", image), f"{who}: cannot pull image {image!r}: {reason}: "
-                                                f"{waiting.get('message', '')}".rstrip(": "))
-        elif reason in CONFIG_ERROR_REASONS:
-            out += self._warn(("config", v.uid, name),
-                              f"{who}: {reason}: {waiting.get('message', '')}")
-        elif reason == "CrashLoopBackOff":
-            code = last_term.get("exitCode")
-            out += self._warn(("crashloop", v.uid, name),
-                              f"{who}: container {name} is in CrashLoopBackOff (last exit code "
-                              f"{code})")
-        for t in (term, last_term):  # once per container: later ones show as restarts
-            if t.get("reason") == "OOMKilled":
-                out += self._warn(("oom", v.uid, name),
-                                  f"{who}: container {name} was OOMKilled (exit code "
-                                  f"{t.get('exitCode')}): raise spec.resources.memory")
-        if restarts and last_term.get("reason") == RESTARTED_IN_PLACE:
-            # The kubelet's record says nothing of the exit (its terminated state did).
-            out += self._warn(("restart", v.uid, name, restarts),
-                              f"{who}: container {name} restarted in place ({restarts}x)")
-        elif restarts and last_term:
-            # Restarted: its exit says why, unless it was seen (and said) already.
-            said = v.last_exit[2] if v.last_exit and name == "pytorch" else ""
-            exited = self._exit_warning(last_term, v, name, who, said)
-            if exited:
-                out.append(f"{exited[0]}; restarted ({restarts}x)")
-                self._warned.add(("restart", v.uid, name, restarts))
-            else:
-                out += self._warn(("restart", v.uid, name, restarts),
-                                  f"{who}: container {name} restarted ({restarts}x), last exit "
-                                  f"code {last_term.get('exitCode')} "
-                                  f"({last_term.get('reason', '')})")
-        if term and not evicted:
-            out += self._exit_warning(term, v, name, who, v.said if name == "pytorch" else "")
-        return out
-
-    def _exit_warning(self, term: dict[str, Any], v: PodView, name: str, who: str,
-                      said: str) -> list[str]:
-        """`who`'s container exited non-zero (once per exit; OOMKilled is said apart)."""
-        code = term.get("exitCode")
-        if code in (0, None) or term.get("reason") == "OOMKilled":
-            return []
-        hint = f": {exitcodes.describe(code)}" if isinstance(code, int) else ""
-        if code in (exitcodes.HUNG, exitcodes.RESTARTS_SPENT) and said:
-            hint += f"; {said.removeprefix('kdist.launch: ')}"  # which rank, as the launcher said
-        return self._warn(("exit", v.uid, name, str(term.get("finishedAt") or "")),
-                          f"{who}: container {name} exited with code {code} "
-                          f"({term.get('reason', 'Error')}){hint}")
+        return once(self._warned, key, text)
 
     # -- the goodput ledger ---------------------------------------------------------------
 
@@ -360,7 +252,7 @@ class Tracker:
 
     def _in_process(self, rank: int, pod_name: str, line: str, live: bool) -> None:
         """``kdist.launch: restarting this node's workers (restart N of M, in process):
-        <why>; exit C`` (``kdist.launch._again``): no pod or container shows it."""
+        <why>; exit C`` (``kdist.runtime.launch._again``): no pod or container shows it."""
         said = in_process_restart(line)
         if said is None or self.state.outcome is not None:
             return

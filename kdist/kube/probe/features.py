@@ -1,4 +1,4 @@
-"""What the cluster serves beyond core Kubernetes, for `kdist check` (`kdist.kube.probe`).
+"""What the cluster serves beyond core Kubernetes, for `kdist check` (`kdist.kube.probe.check`).
 
 Each is asked of the API itself, never read off a version string: discovery for
 each operated backend's kind (PyTorchJob, JobSet), Kueue and PodGroup (a native gang), and for
@@ -14,25 +14,9 @@ from typing import Any
 
 from kdist import backends
 from kdist.kube import kinds
-from kdist.kube.verdict import ABSENT, OK, UNKNOWN, Ask, Verdict, brief, dig
+from kdist.kube.probe.restarts import restart_rules
+from kdist.kube.probe.verdict import ABSENT, OK, UNKNOWN, Ask, Verdict, brief, dig
 from kdist.shared.errors import KdistError
-
-# The action kdist's in-place restarts use (kdist.rendering.restarts), not just the field.
-_RULES = [{"action": "RestartAllContainers", "exitCodes": {"operator": "In", "values": [42]}}]
-# Restricted Pod Security (kdist's namespaces enforce it) and a quota that wants limits
-# must both admit the probe, or its refusal would say nothing about the field.
-_CONTAINER: dict[str, Any] = {
-    "name": "probe", "image": "registry.k8s.io/pause:3.10",
-    "restartPolicy": "Never", "restartPolicyRules": _RULES,
-    "resources": {"requests": {"cpu": "10m", "memory": "16Mi"},
-                  "limits": {"cpu": "10m", "memory": "16Mi"}},
-    "securityContext": {"allowPrivilegeEscalation": False, "runAsNonRoot": True,
-                        "runAsUser": 65532, "capabilities": {"drop": ["ALL"]},
-                        "seccompProfile": {"type": "RuntimeDefault"}},
-}
-_POD_SPEC = {"restartPolicy": "Never", "containers": [_CONTAINER]}
-_NAME = "kdist-check-restart-rules"
-
 
 #: The backends whose kind an operator serves (`kdist check` asks about each, by name).
 OPERATED = tuple(b for b in backends.BACKENDS if b.installs)
@@ -113,42 +97,3 @@ def _kueue(ask: Ask, ns: str, served: bool | str) -> Verdict:
     shown = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
     return Verdict("kueue", OK, f"Kueue is served; LocalQueues in namespace {ns} for "
                    f"spec.queue: {shown}")
-
-
-def restart_rules(ask: Ask, ns: str) -> Verdict:
-    """Whether container `restartPolicyRules` survive a dry-run create: a Pod, else (a
-    user with kdist's Role may not create pods) a Job, which kdist may create."""
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": _NAME, "namespace": ns},
-           "spec": _POD_SPEC}
-    job = {"apiVersion": "batch/v1", "kind": "Job",
-           "metadata": {"name": _NAME, "namespace": ns},
-           "spec": {"backoffLimit": 0, "template": {"spec": _POD_SPEC}}}
-    # A pod first, as the field is a pod's; forbidden (403), the same pod in a Job.
-    what, code, answer = "pod", *ask("POST", kinds.POD.collection(ns), pod, dryRun="All")
-    if code == 403:
-        what, code, answer = "job", *ask("POST", kinds.JOB.collection(ns), job, dryRun="All")
-    if code >= 300:
-        message = " ".join(str(answer.get("message") or "").split())[:200]
-        return Verdict("restart rules", UNKNOWN, f"could not tell: the dry-run create of a "
-                       f"{what} answered {code}{f': {message}' if message else ''}")
-    path = ("spec", "template", "spec") if what == "job" else ("spec",)
-    where = ".".join((*path, "containers"))
-    containers = dig(answer, *path, "containers")
-    if not (isinstance(containers, list) and containers and isinstance(containers[0], dict)):
-        return _malformed(what, f"{where} is {brief(containers)}")
-    rules = containers[0].get("restartPolicyRules")
-    if not isinstance(rules, (list, type(None))):
-        return _malformed(what, f"{where}[0].restartPolicyRules is {brief(rules)}")
-    if rules:
-        return Verdict("restart rules", OK, "container restartPolicyRules (RestartAllContainers) "
-                       f"are served (they survived a dry-run create of a {what}): gangs "
-                       "restart in place (distributed.restartMode auto)")
-    return Verdict("restart rules", ABSENT, "container restartPolicyRules are not served "
-                   f"(a dry-run create of a {what} dropped them: feature gate "
-                   "ContainerRestartRules off, or Kubernetes < 1.36): gangs restart by "
-                   "recreating their pods")
-
-
-def _malformed(what: str, problem: str) -> Verdict:
-    return Verdict("restart rules", UNKNOWN, f"could not tell: the answer to the dry-run "
-                   f"create of a {what} is malformed: {problem}")

@@ -8,7 +8,7 @@ kdist is stricter about what may be sent twice:
   max-in-flight filters answer it before any handler runs, so the request was not
   processed (a create was not stored) and sending it again is safe;
 - a 5xx is retried for a GET only: a create or delete answered 5xx may have been
-  done (kdist's create finds out instead, `kdist.kube.creating`).
+  done (kdist's create finds out instead, `kdist.kube.write.creating`).
 
 A server that asks for a longer wait than `MAX_PAUSE` (a throttling storm:
 `Retry-After: 3600`) ends the command at once, as do more than `MAX_RETRIES`

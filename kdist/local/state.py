@@ -5,7 +5,7 @@ anywhere finds the same checkpoints (and never litters another directory). With
 no job file (the built-in starter job, `train(local=True)`, a TrainingJob made in
 Python) it is the current directory: there is no file to sit beside.
 
-A run clears parts of it (the last run's code and workspace, `kdist.local.local_workspace`;
+A run clears parts of it (the last run's code and workspace, `kdist.local.runner.local_workspace`;
 the workloads prune checkpoints), so none of it may be a symlink: clearing through one
 would delete files outside the project. Such a link is refused (UsageError, exit 2)
 before anything is deleted.

@@ -1,6 +1,6 @@
 """What kdist knows of a job while it follows it: per rank, its failures, its queue.
 
-`kdist.kube.tracker.Tracker` fills these in from API events and log lines.
+`kdist.kube.watch.tracker.Tracker` fills these in from API events and log lines.
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from kdist.kube.objects import DELETED
+from kdist.kube.watch.objects import DELETED
 from kdist.shared import exitcodes
 from kdist.shared.terminal import escape
 
@@ -70,10 +70,10 @@ class JobState:
     code: str = ""  # sha256 of the shipped workdir (spec.workdir), "" when none was
     runtime: str = ""  # sha256 of the shipped runtime (spec.runtime), "" for the image's
     max_restarts: int | None = None  # spec.distributed.maxRestarts (from the pods' env)
-    # "inPlace" | "recreate": what the job's pod template says (kube.objects.restart_mode_of)
+    # "inPlace" | "recreate": what the job's pod template says (kube.watch.objects.restart_mode_of)
     restart_mode: str = ""
-    # A native gang (distributed.gang): its PodGroup (kube.objects.gang_of), "" when none;
-    # the scheduler's verdict on it (kube.objects.gang_state) and minCount, once read.
+    # A native gang (distributed.gang): its PodGroup (kube.watch.objects.gang_of), "" when none;
+    # the scheduler's verdict on it (kube.watch.objects.gang_state) and minCount, once read.
     gang: str = ""
     # "" (not read) | waiting | unschedulable | placed | unreadable (gang_message: why)
     gang_status: str = ""

@@ -4,7 +4,7 @@ In order: the kubeconfig and context, the connection (refused, no such host, TLS
 timeout: `errors.Unreachable.why`), the credentials, the namespace, then one
 SelfSubjectAccessReview per verb of kdist's own Role (`rendering.addons.RULES`,
 the one list of what kdist does), then what the cluster serves
-(`kdist.kube.features`). A failed kubeconfig, connection or credentials line
+(`kdist.kube.probe.features`). A failed kubeconfig, connection or credentials line
 ends the run: every later line is "skipped", as nothing after it could be asked.
 Nothing is created: the reviews are answered, never stored, and every probe
 object is sent with dryRun=All.
@@ -16,10 +16,10 @@ from typing import Any
 from urllib.parse import quote
 
 from kdist.kube import kinds
-from kdist.kube.config import ClusterOptions, KubeConfig, resolve_namespace
+from kdist.kube.connect.config import ClusterOptions, KubeConfig, resolve_namespace
 from kdist.kube.errors import Unreachable, not_kubernetes
-from kdist.kube.features import OPERATED, features, served_features
-from kdist.kube.verdict import FAIL, OK, SKIPPED, UNKNOWN, Ask, Verdict, ask_raw, brief, dig
+from kdist.kube.probe.features import OPERATED, features, served_features
+from kdist.kube.probe.verdict import FAIL, OK, SKIPPED, UNKNOWN, Ask, Verdict, ask_raw, brief, dig
 from kdist.rendering.addons import RULES
 from kdist.shared.errors import KdistError
 from kdist.shared.spelling import option

@@ -1,0 +1,241 @@
+"""The training image's entrypoint: ``python -m kdist.launch [--module M] -- ARG...``.
+
+One launcher runs per pod (or per local process group). It reads the kdist
+environment contract (or what the Kubeflow training operator injects into a
+PyTorchJob pod), meets the other nodes' launchers, and starts this node's
+worker processes with what torchrun's agent would give them (``RANK``,
+``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``GROUP_RANK``,
+``MASTER_ADDR``, ``MASTER_PORT``, ``TORCHELASTIC_*``; ``kdist.runtime.workers``).
+
+The launcher does not import torch: each worker imports it once, and they all
+start at about the same moment, which is what a pod's start to its first step
+costs (issue 13). The store torchrun's agent would host on the master port is
+served by rank 0's worker (``kdist.runtime.sitehook``) on the socket node 0's
+launcher bound first thing; the launchers talk to each other on that port in
+torch's store protocol (``kdist.runtime.store``, ``kdist.runtime.rendezvous``).
+
+Rendezvous: **static**, with the node rank taken from the pod
+(``KDIST_NODE_RANK`` = the Indexed Job's completion index, or the operator's
+node rank). Why not c10d:
+
+- ranks are deterministic: global rank = node rank * procs per node + local
+  rank, so pod ``<job>-1`` always holds ranks 1*P..2*P-1 (``kdist logs --rank``,
+  pipeline stage placement and log prefixes can rely on it); c10d ranks nodes
+  by sorting host names and pids, which moves ranks between pods;
+- one port: the store lives on the master's declared port (the one the
+  headless Service and the PyTorchJob's ``pytorchjob-port`` publish); c10d's
+  shared store binds a second, random port on rank 0's own FQDN, which a pod
+  need not resolve;
+- no host-name matching: node rank 0 hosts the store because it *is* rank 0,
+  not because its host name happens to match the master address;
+- the gang is fixed in size (a Job of N pods): nothing elastic is lost.
+
+Every node waits, bounded by ``KDIST_RDZV_TIMEOUT`` from its start, until the
+master resolves and accepts TCP and every node's launcher has joined; only then
+do workers start (exit 2 when the master never answers, 1 when not every node
+joined, as under torch's static rendezvous).
+
+Restarts belong to the job (see ``kdist.exitcodes``): a failed worker ends its
+node's workers with an exit code that says whether it is worth a retry; every peer
+then fails its next collective (``PEER_LOST``) or the watchdog stops it (``HUNG``,
+node 0 gone); and the whole gang starts anew, up to ``maxRestarts`` times, each
+worker resuming from the newest checkpoint. Who starts it anew, fastest first:
+
+- **the launchers, in process**, where the pods restart in place
+  (``distributed.restartMode``, ``KDIST_RESTART_DIR``) and ``restartWorkers`` is on:
+  every launcher whose workers failed retryably, and that no signal is stopping,
+  meets the others again in a new rendezvous on the same port and starts its workers
+  on the next restart count, its container never restarted (``_again``);
+- **the kubelet**, restarting every pod's containers in place (a launcher that must
+  go: the gang did not meet again, or restartWorkers is off; the launcher then counts
+  and bounds the restarts itself, ``kdist.runtime.restarts``);
+- **the Job controller**, the training operator or ``kdist run --local``, making new
+  pods (a pod really gone: deleted, evicted, its node lost; and every restart where
+  the cluster does not serve restarts in place). Survivors restarting in process wait
+  in their rendezvous for the replacement.
+
+This module is the entrypoint (argv, then the order of things); the pieces
+live in ``kdist.runtime`` (the plan, the rendezvous, the agent, the workers and
+their environment, their output, the watchdog, failure classification, restart
+counts).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import re
+import signal
+import socket
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from kdist.runtime import rendezvous, restarts, torchcheck
+from kdist.runtime.agent import Said, run, say
+from kdist.runtime.failures import cause as _cause
+from kdist.runtime.failures import pick_failure
+from kdist.runtime.output import seal
+from kdist.runtime.plan import LaunchPlan, resolve_env, wait_for_master
+from kdist.runtime.workdir import use_shipped_code
+from kdist.runtime.worker_exec import command as _entrypoint
+from kdist.shared import env as E
+from kdist.shared import exitcodes
+from kdist.shared.errors import LaunchError
+from kdist.shared.ledger import in_process_line
+
+# Names other modules and tests knew here before the launcher was split up.
+__all__ = ["LaunchError", "LaunchPlan", "_cause", "_entrypoint", "main",
+           "parse_argv", "pick_failure", "resolve_env", "run", "wait_for_master"]
+_say = say
+# The end of a launcher line that names the exit code it was about to exit with.
+_EXITING = re.compile(r"; exiting \d+(: .*)?$")
+
+
+def parse_argv(argv: Sequence[str]) -> tuple[str | None, list[str]]:
+    """Split ``[--module M] -- ARG...`` into (module, args).
+
+    With a module the args go to ``python -m M``; without, they are the
+    command itself.
+    """
+    argv = list(argv)
+    if "--" in argv:
+        split = argv.index("--")
+        own, rest = argv[:split], argv[split + 1 :]
+    else:
+        own, rest = argv, []
+    parser = argparse.ArgumentParser(
+        prog="python -m kdist.launch",
+        usage="python -m kdist.launch [-h] [-m MODULE] -- ARG...",
+        description="Start this node's training workers (kdist's container entrypoint).",
+        epilog="Everything after -- goes to the module, or is the command to run.",
+    )
+    parser.add_argument("-m", "--module", help="run `python -m MODULE ARG...` per worker")
+    ns = parser.parse_args(own)
+    if ns.module is None and not rest:
+        parser.error("give --module MODULE, or a command after --")
+    return ns.module, rest
+
+
+def _cpu_count() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def _stop_on(sig: int, frame: object) -> None:
+    # Until the agent takes over the signals (a pod deleted while it waits for
+    # the master): exit as the signal would. As a pod's PID 1 the launcher
+    # would otherwise ignore SIGTERM until the grace period ends.
+    raise SystemExit(128 + sig)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    started = time.monotonic()
+    seal()  # no worker writes into this container's stream but through it (output.seal)
+    module, rest = parse_argv(sys.argv[1:] if argv is None else argv)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _stop_on)
+    counter = in_place = None
+    listener = None
+    base = starts = 0
+    try:
+        torchcheck.check(os.environ)  # before the master port answers: the gang fails at once
+        plan = resolve_env(os.environ)
+        listener = rendezvous.bind(plan)  # node 0: the master port answers from now on
+        in_place = restarts.in_place_dir(os.environ)
+        if in_place is not None:  # restarted in place: this pod's starts count too
+            base = plan.restart_count or 0
+            starts = restarts.count_start(in_place)
+            plan = dataclasses.replace(plan, restart_count=base + starts)
+        else:
+            counter = restarts.counter_path(plan)
+        if counter is not None:
+            plan = dataclasses.replace(plan, restart_count=restarts.take(counter))
+        _say(
+            f"job {plan.job_name}: node {plan.node_rank}/{plan.nnodes}, "
+            f"ranks {plan.global_ranks.start}-{plan.global_ranks.stop - 1} of "
+            f"{plan.world_size}, master {plan.master_addr}:{plan.master_port}, "
+            f"backend {plan.backend}, restart {plan.restart_count or 0} of "
+            f"{plan.max_restarts} allowed"
+        )
+        code_dir = use_shipped_code(os.environ)  # spec.workdir: the workers start in it
+        if code_dir is not None:
+            _say(f"code {os.environ[E.CODE_SHA256][:12]} unpacked into {code_dir}")
+        waited = wait_for_master(plan)
+        if waited >= 1.0:
+            _say(f"master {plan.master_addr}:{plan.master_port} answered after {waited:.1f}s")
+        plan = _meet(plan, listener, started)
+        if in_place is not None and plan.restart_count != base + starts:
+            restarts.note_restart(in_place, plan.restart_count or 0, base)
+    except LaunchError as e:
+        _say(str(e))
+        if listener is not None:
+            listener.close()
+        return e.exit_code
+    prefix = os.environ.get(E.LOG_PREFIX, "") not in ("", "0")
+    try:
+        while True:
+            os.environ.update(plan.worker_env(os.environ, _cpu_count()))
+            code = run(plan, module, rest, prefix_lines=prefix, listener=listener)
+            if in_place is None or not restarts.restart_workers(
+                    plan, code, Said.stopped_by is not None, in_place, os.environ):
+                break
+            plan, code = _again(plan, code, listener, in_place, base)
+            if code:
+                break
+    finally:
+        if listener is not None:
+            listener.close()
+    if counter is not None and exitcodes.is_retryable(code):
+        restarts.leave(counter, (plan.restart_count or 0) + 1)  # for the next gang's pod
+    if in_place is not None and restarts.spent(plan, code, Said.stopped_by is not None):
+        # The kubelet would restart this pod again: the job fails instead (podFailurePolicy).
+        why = _EXITING.sub("", Said.last)
+        spent = exitcodes.RESTARTS_SPENT
+        _say(f"no restart left ({plan.restart_count or 0} of maxRestarts="
+             f"{plan.max_restarts} used): exiting {spent}, the job fails; the failure: {why} "
+             f"(exit {code}: {exitcodes.describe(code)})")
+        return spent
+    return code
+
+
+def _meet(plan: LaunchPlan, listener: socket.socket | None, started: float) -> LaunchPlan:
+    """The rendezvous: every node's launcher joined, on the highest restart count any
+    brought (``rendezvous.gather``)."""
+    mine = plan.restart_count or 0
+    waited, agreed = rendezvous.gather(plan, listener, started, mine)
+    if waited >= 1.0:
+        _say(f"all {plan.nnodes} nodes joined after {waited:.1f}s")
+    if agreed == mine:
+        return plan
+    _say(f"the gang is on restart {agreed} (this node counted {mine})")
+    return dataclasses.replace(plan, restart_count=agreed)
+
+
+def _again(plan: LaunchPlan, code: int, listener: socket.socket | None, in_place: Path,
+           base: int) -> tuple[LaunchPlan, int]:
+    """Restart this node's workers in process after the retryable ``code``: the
+    launchers meet again and the workers start anew on the next restart count (resuming
+    from the newest checkpoint). (the plan, 0); or (the plan, ``code``) when the gang
+    did not meet again, and the container then restarts in place as it would have."""
+    count = (plan.restart_count or 0) + 1
+    why = _EXITING.sub("", Said.last)
+    _say(in_process_line(count, plan.max_restarts, why, code))
+    try:
+        again = _meet(dataclasses.replace(plan, restart_count=count), listener,
+                      time.monotonic())
+    except LaunchError as e:
+        _say(f"{e}; exiting {code}: {exitcodes.describe(code)}")
+        return plan, code
+    if (again.restart_count or 0) > plan.max_restarts:  # the others used more than this node
+        return dataclasses.replace(plan, restart_count=plan.max_restarts), code
+    restarts.note_restart(in_place, again.restart_count or 0, base)
+    return again, 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
