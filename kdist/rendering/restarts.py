@@ -58,12 +58,6 @@ def resolve(job: TrainingJob, cluster: bool = False) -> str:
     return IN_PLACE if cluster and can_restart_in_place(job) else RECREATE
 
 
-def refused(error: Exception) -> bool:
-    """Whether a create was refused for the in-place rule (an API server that knows the
-    field but not the action): the recreate form is sent instead."""
-    return ACTION in str(error) or "restartPolicyRules" in str(error)
-
-
 def rule() -> dict[str, Any]:
     """The container's restart rule: the whole pod restarts on a retryable exit."""
     return {"action": ACTION,
