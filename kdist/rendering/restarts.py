@@ -18,9 +18,9 @@ its replacement joins the survivors, which restarted in place and wait at the
 rendezvous.
 
 ``auto`` is resolved by the submitter from what the cluster answers, never from a
-version string: it sends the in-place form, which an API server without the feature
-takes as ``recreate`` (a disabled field is dropped: the launcher's own count and bound
-then match what the Job controller does) or refuses (then the recreate form is sent).
+version string: before rendering it asks ``kdist check``'s restart-rules probe
+(``kdist.kube.probe.restarts``), and renders in place where the rule is kept, else
+``recreate`` (dropped, refused, or the probe could not tell).
 What the created object says is the mode (``kdist.kube.watch.objects.restart_mode_of``).
 Without a cluster (``kdist render``, ``--dry-run=client``) ``auto`` renders
 ``recreate``, the form every cluster accepts.
