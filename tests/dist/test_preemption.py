@@ -21,22 +21,34 @@ HERE = os.path.dirname(__file__)
 
 
 def launcher_of_node(root: int, node: int, timeout_s: float = 60.0) -> int:
-    """The pid of node `node`'s `kdist.launch` below `root` (found as an operator would)."""
+    """The pid of node `node`'s `kdist.launch` below `root` (found as an operator would).
+
+    The launcher is undumpable (docs/security.md), so a user other than root may not read
+    its environ: it is then found as the nearest `kdist.launch` above one of its workers,
+    whose environ carries the same node rank."""
     import time
 
+    def read(pid: str, what: str) -> list[bytes]:
+        with open(f"/proc/{pid}/{what}", "rb") as f:
+            return f.read().split(b"\0")
+
+    def parent(pid: str) -> str:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[1].decode()
+
+    marks = {f"KDIST_NODE_RANK={node}".encode(), f"KDIST_TEST_ROOT={root}".encode()}
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         for pid in filter(str.isdigit, os.listdir("/proc")):
             try:
-                with open(f"/proc/{pid}/cmdline", "rb") as f:
-                    cmd = f.read().split(b"\0")
-                with open(f"/proc/{pid}/environ", "rb") as f:
-                    env = f.read().split(b"\0")
-            except OSError:
+                if not marks <= set(read(pid, "environ")):
+                    continue
+                while pid not in ("0", "1"):
+                    if b"kdist.launch" in read(pid, "cmdline"):
+                        return int(pid)
+                    pid = parent(pid)
+            except (OSError, IndexError):
                 continue
-            if b"kdist.launch" in cmd and f"KDIST_NODE_RANK={node}".encode() in env and \
-                    f"KDIST_TEST_ROOT={root}".encode() in env:
-                return int(pid)
         time.sleep(0.1)
     raise AssertionError(f"no launcher of node {node}")
 
