@@ -103,39 +103,37 @@ def submit(conn: Connection, job: TrainingJob, *, wait: bool = True, replace: bo
 
 def create(cluster: Cluster, job: TrainingJob, code: Packed | None,
            dry_run: bool) -> tuple[list[dict[str, Any]], list[str], list[str]]:
-    """Render `job` as it restarts and is scheduled on `cluster` and create it
-    (`Cluster.create`, all or nothing); returns the objects, the API's warnings and kdist's
-    notes on what it chose (a gang fallback).
+    """Ask `cluster` what it serves, decide how `job` restarts and is scheduled there,
+    then render it once and create it once (`Cluster.create`, all or nothing); returns
+    the objects, the API's warnings and kdist's notes on what it chose.
 
-    restartMode auto sends the in-place form: a cluster without the feature drops the
-    rule (the job then recreates) or refuses it (the recreate form is sent instead);
-    inPlace asked of a cluster that does not serve it is refused before anything is made.
-    gang auto sends a native gang where discovery shows PodGroups (none elsewhere). The
-    PodGroup is asked first, by a dry-run create: refused (a Role without podgroups, 403;
-    or 404 though discovery lists them), the job is sent without one, once, and a note
-    says so; nothing was made, so nothing is undone (deleting a Job and creating it again
-    at once collides with the first, which the API server holds while it goes). gang
-    native where PodGroups are not served, or refused, is refused before anything is made.
+    Restarts: where the spec may restart in place (restartMode auto or inPlace), the
+    restart-rules probe of `kdist check` is asked first (``kdist.kube.probe.restarts``:
+    a dry-run create of a tiny pod, else a Job). auto renders in place where the rule is
+    served and recreate where it is dropped or refused; where the probe cannot tell (403
+    on both, a 5xx), recreate, the form every cluster accepts, and a note says so.
+    inPlace where not served is refused before anything is made.
+
+    Gang: auto sends a native gang where discovery shows PodGroups (none elsewhere). The
+    PodGroup is asked by a dry-run create: refused (a Role without podgroups, 403; or 404
+    though discovery lists them), the job is sent without one and a note says so. native
+    where PodGroups are not served, or refused, is refused before anything is made. The
+    one create that may follow another: an auto gang whose training object (the first
+    object, so nothing was made) is refused for its pods' schedulingGroup is sent once
+    more without it.
     """
-    from kdist.kube.probe.restarts import serves_in_place
     from kdist.kube.write.creating import refusal
     from kdist.rendering import gang as G
     from kdist.rendering import render
-    from kdist.rendering import restarts as R
 
     d = job.spec.distributed
-    mode = R.resolve(job, cluster=True)
-    if d.restart_mode == R.IN_PLACE:
-        served, why = serves_in_place(cluster, render(job, code, R.IN_PLACE, G.NONE)[0])
-        if not served:
-            raise UsageError(f"spec.distributed.restartMode inPlace: {why}; use auto (recreate "
-                             "where in place is not served) or recreate")
+    notes: list[str] = []
+    mode = _restart_mode(cluster, job, notes)
     gang = G.resolve(job, served=G.can_gang(job) and cluster.serves(kinds.PODGROUP))
     if d.gang == G.NATIVE and not cluster.serves(kinds.PODGROUP):
         raise UsageError(f"spec.distributed.gang native: the cluster does not serve "
                          f"{kinds.PODGROUP.api_version} PodGroups (feature gate GenericWorkload "
                          "off, or Kubernetes < 1.37); use auto (none where not served) or none")
-    notes: list[str] = []
     refused = refusal(cluster, G.podgroup(job)) if gang == G.NATIVE else None
     if refused and d.gang == G.NATIVE:
         raise ClusterError(f"spec.distributed.gang native: the PodGroup is refused: {refused}")
@@ -144,16 +142,37 @@ def create(cluster: Cluster, job: TrainingJob, code: Packed | None,
         notes.append(f"PodGroup {G.podgroup_name(job)} is refused ({refused}): job "
                      f"{job.metadata.name} is scheduled pod by pod, not as a gang "
                      "(distributed.gang auto)")
-    while True:  # each fallback happens once at most, before anything was made
-        try:
-            return (*cluster.create(render(job, code, mode, gang), dry_run=dry_run), notes)
-        except ClusterError as e:
-            if mode == R.IN_PLACE and d.restart_mode == "auto" and R.refused(e):
-                mode = R.RECREATE
-            elif gang == G.NATIVE and d.gang == "auto" and G.refused(e):
-                gang = G.NONE
-            else:
-                raise
+    objects = render(job, code, mode, gang)
+    try:
+        return (*cluster.create(objects, dry_run=dry_run), notes)
+    except ClusterError as e:
+        if not (gang == G.NATIVE and d.gang == "auto" and G.refused(e)):
+            raise
+    # The Job was refused for its schedulingGroup: nothing was made (it is the first object).
+    return (*cluster.create(render(job, code, mode, G.NONE), dry_run=dry_run), notes)
+
+
+def _restart_mode(cluster: Cluster, job: TrainingJob, notes: list[str]) -> str:
+    """How `job` restarts on `cluster`, from the restart-rules probe where the spec leaves
+    it open; a note where the probe could not tell (auto then recreates)."""
+    from kdist.kube.probe.restarts import restart_rules
+    from kdist.kube.probe.verdict import ABSENT, OK
+    from kdist.rendering import restarts as R
+
+    asked = job.spec.distributed.restart_mode
+    if asked == R.RECREATE or not R.can_restart_in_place(job):
+        return R.resolve(job)
+    verdict = restart_rules(cluster.ask, job.metadata.namespace or "default")
+    if verdict.status == OK:
+        return R.IN_PLACE
+    if asked == R.IN_PLACE:
+        error = UsageError if verdict.status == ABSENT else ClusterError
+        raise error(f"spec.distributed.restartMode inPlace: {verdict.detail}; use auto "
+                    "(recreate where in place is not served) or recreate")
+    if verdict.status != ABSENT:
+        notes.append(f"restart rules: {verdict.detail}; job {job.metadata.name} restarts by "
+                     "recreating its pods (distributed.restartMode auto)")
+    return R.RECREATE
 
 
 def follow(cluster: Cluster, job: dict[str, Any], observer: Observer, *, logs: bool = True,

@@ -70,6 +70,14 @@ class Cluster(Transport):
             raise not_kubernetes(self.server, code)
         self._kubernetes = True
 
+    def ask(self, method: str, path: str, body: Any = None,
+            **query: str) -> tuple[int, dict[str, Any]]:
+        """One request's HTTP status and JSON answer, whatever the status: what a probe
+        (``kdist.kube.probe``) reads, for `kdist check` and a submit alike."""
+        from kdist.kube.probe.verdict import ask_raw
+
+        return ask_raw(self, method, path, body, query)
+
     @classmethod
     def connect(cls, opts: ClusterOptions, kubeconfig: KubeConfig | None = None) -> Cluster:
         """A client for the kubeconfig's cluster; a bad kubeconfig is a UsageError (exit 2)."""

@@ -18,9 +18,9 @@ its replacement joins the survivors, which restarted in place and wait at the
 rendezvous.
 
 ``auto`` is resolved by the submitter from what the cluster answers, never from a
-version string: it sends the in-place form, which an API server without the feature
-takes as ``recreate`` (a disabled field is dropped: the launcher's own count and bound
-then match what the Job controller does) or refuses (then the recreate form is sent).
+version string: before rendering it asks ``kdist check``'s restart-rules probe
+(``kdist.kube.probe.restarts``), and renders in place where the rule is kept, else
+``recreate`` (dropped, refused, or the probe could not tell).
 What the created object says is the mode (``kdist.kube.watch.objects.restart_mode_of``).
 Without a cluster (``kdist render``, ``--dry-run=client``) ``auto`` renders
 ``recreate``, the form every cluster accepts.
@@ -56,12 +56,6 @@ def resolve(job: TrainingJob, cluster: bool = False) -> str:
     if asked != "auto":
         return asked
     return IN_PLACE if cluster and can_restart_in_place(job) else RECREATE
-
-
-def refused(error: Exception) -> bool:
-    """Whether a create was refused for the in-place rule (an API server that knows the
-    field but not the action): the recreate form is sent instead."""
-    return ACTION in str(error) or "restartPolicyRules" in str(error)
 
 
 def rule() -> dict[str, Any]:

@@ -11,7 +11,7 @@ import pytest
 from tests.api import objects
 from tests.api.checks import assert_calls, error_line
 from tests.api.kubeconfigs import write_kubeconfig
-from tests.api.test_verbs import GANG, JOBS, PODS, SVCS, delete_calls, running_job
+from tests.api.test_verbs import GANG, JOBS, PODS, PROBE, SVCS, delete_calls, running_job
 
 # In-process runs: a hang fails the one test, not the session.
 pytestmark = pytest.mark.timeout(60)
@@ -89,14 +89,15 @@ def test_404_a_job_that_is_not_there(api, kdist, verb):
 def test_404_namespace_on_submit(api, kdist, spec):
     out = kdist("-n", "nowhere", "submit", "--no-wait", str(spec))
     error_line(out, 3, "namespace nowhere not found")
-    assert_calls(out, [GANG, ("POST", "/apis/batch/v1/namespaces/nowhere/jobs")])
+    assert_calls(out, [("POST", "/api/v1/namespaces/nowhere/pods"), GANG,
+                       ("POST", "/apis/batch/v1/namespaces/nowhere/jobs")])
 
 
 def test_409_the_job_exists(api, kdist, spec):
     api.add(objects.job("demo"))
     out = kdist("submit", "--no-wait", str(spec))
     error_line(out, 3, "job demo already exists in namespace default", "--replace")
-    assert_calls(out, [GANG, ("POST", JOBS)])
+    assert_calls(out, [PROBE, GANG, ("POST", JOBS)])
 
 
 def test_409_on_the_service_rolls_the_job_back(api, kdist, spec):
@@ -104,7 +105,7 @@ def test_409_on_the_service_rolls_the_job_back(api, kdist, spec):
     out = kdist("submit", "--no-wait", str(spec))
     error_line(out, 3, "service/demo in namespace default already exists", "of job demo",
                "use --replace or `kdist delete demo`")
-    assert_calls(out, [GANG, ("POST", JOBS), ("POST", SVCS), ("GET", f"{SVCS}/demo"),
+    assert_calls(out, [PROBE, GANG, ("POST", JOBS), ("POST", SVCS), ("GET", f"{SVCS}/demo"),
                        ("DELETE", f"{JOBS}/demo")])
     assert api.store.alive("jobs") == [], "the half-made submission must be undone"
 

@@ -11,7 +11,7 @@ import pytest
 from tests.api import objects
 from tests.api.checks import assert_calls, error_line
 from tests.api.test_interrupts import with_workdir
-from tests.api.test_verbs import GANG, JOBS, SVCS
+from tests.api.test_verbs import GANG, JOBS, PROBE, SVCS
 
 pytestmark = pytest.mark.timeout(60)
 FAKEAPI_OPTIONS = {"podgroups": True}
@@ -21,7 +21,8 @@ GROUPS = "/apis/scheduling.k8s.io/v1beta1/namespaces/default/podgroups"
 def test_auto_makes_a_podgroup_owned_by_the_job_that_every_pod_names(api, kdist, spec):
     out = kdist("submit", "--no-wait", str(spec))
     assert out.code == 0, out.describe()
-    assert_calls(out, [GANG, ("POST", GROUPS), ("POST", JOBS), ("POST", SVCS), ("POST", GROUPS)])
+    assert_calls(out, [PROBE, GANG, ("POST", GROUPS), ("POST", JOBS), ("POST", SVCS),
+                       ("POST", GROUPS)])
     probe = next(r for r in out.requests if r.path == GROUPS)
     assert probe.query.get("dryRun") == "All", out.describe()
     job = api.store.get_stored("jobs", "demo")
@@ -78,7 +79,7 @@ def test_a_refused_podgroup_leaves_nothing_to_undo(api, kdist, spec, code, said)
     api.fail(code, method="POST", path=f"{GROUPS}$")
     out = kdist("submit", "--no-wait", str(spec))
     refusal(out, "PodGroup demo", said, "pod by pod")
-    assert_calls(out, [GANG, ("POST", GROUPS), ("POST", JOBS), ("POST", SVCS)])
+    assert_calls(out, [PROBE, GANG, ("POST", GROUPS), ("POST", JOBS), ("POST", SVCS)])
     assert not [r for r in out.requests if r.method == "DELETE"], out.describe()
     job = api.store.get_stored("jobs", "demo")
     assert "schedulingGroup" not in job["spec"]["template"]["spec"], job

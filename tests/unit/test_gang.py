@@ -105,12 +105,17 @@ class FakeCluster:
         self.discovered: list[str] = []
         self.created: list[list[dict[str, Any]]] = []
         self.asked: list[tuple[str, str]] = []  # dry-run creates: (kind, dryRun)
+        self.probed: list[str] = []  # the restart-rules probe's dry runs, by plural
 
     def request(self, action, method, path, query=None, body=None):
         self.asked.append((body["kind"], (query or {}).get("dryRun", "")))
         if self.refuse and body["kind"] == "PodGroup":
             raise Forbidden(f"forbidden: create podgroups in namespace d: {self.REFUSED}")
         return copy.deepcopy(body)
+
+    def ask(self, method, path, body=None, **query):  # the restart-rules probe: served
+        self.probed.append(path.rsplit("/", 1)[1])
+        return 201, copy.deepcopy(body)
 
     def serves(self, kind) -> bool:
         self.discovered.append(kind.kind)
@@ -149,9 +154,20 @@ def test_native_where_podgroups_are_not_served_is_refused_before_creating():
 def test_a_refused_podgroup_sends_auto_without_a_gang_but_native_fails():
     """Asked by a dry run before the job: the job is created once, without a gang, and a
     note says why; native fails with nothing created."""
+    import kdist.rendering
+
+    renders: list[str] = []
+
+    def counted(j, code=None, mode=None, gang=None):
+        renders.append(gang)
+        return render(j, code, mode, gang)
+
     cluster = FakeCluster(True, refuse=True)
-    created, _, (note,) = create(cluster, job("auto"), None, False)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(kdist.rendering, "render", counted)
+        created, _, (note,) = create(cluster, job("auto"), None, False)
     assert len(cluster.created) == 1 and gang_of(created[0]) == ""
+    assert renders == [G.NONE] and cluster.probed == ["pods"]  # one render, one create
     assert [o["kind"] for o in created] == ["Job", "Service"]
     assert "PodGroup unit-job is refused (forbidden" in note and "pod by pod" in note
     native = FakeCluster(True, refuse=True)

@@ -14,7 +14,6 @@ import kubernetes_validate
 import pytest
 
 from kdist.api.jobs import create
-from kdist.kube.probe.restarts import serves_in_place
 from kdist.kube.watch.objects import restart_mode_of
 from kdist.kube.watch.tracker import Tracker
 from kdist.rendering import render
@@ -96,8 +95,10 @@ def test_an_overlay_may_not_set_the_restart_rules():
 
 
 class FakeCluster:
-    """Answers creates as an API server with the feature on ("keep"), its gate off ("drop":
-    a disabled field is dropped, not refused), or the action unknown ("refuse")."""
+    """An API server with the feature on ("keep"), its gate off ("drop": a disabled field
+    is dropped, not refused), the action unknown ("refuse"), a Role that may not create
+    pods or jobs ("forbidden") or a server that fails ("failing"). It answers the probe's
+    dry runs (`ask`) and the creates, and counts both."""
 
     server = "https://fake:6443"
 
@@ -106,13 +107,14 @@ class FakeCluster:
         self.asked: list[tuple[str, str, dict[str, Any]]] = []
         self.created: list[list[dict[str, Any]]] = []
 
-    def _refused(self, job: dict[str, Any]) -> bool:
-        return self.answer == "refuse" and restart_mode_of(job) == "inPlace"
+    def _refused(self, obj: dict[str, Any]) -> bool:
+        return self.answer == "refuse" and "restartPolicyRules" in str(obj)
 
     def _answer(self, obj: dict[str, Any]) -> dict[str, Any]:
         obj = copy.deepcopy(obj)
+        spec = obj["spec"].get("template", {}).get("spec") or obj["spec"]
         if self.answer == "drop":
-            for c in obj["spec"].get("template", {}).get("spec", {}).get("containers", []):
+            for c in spec.get("containers", []):
                 c.pop("restartPolicyRules", None)
                 c.pop("restartPolicy", None)
         return obj
@@ -120,13 +122,15 @@ class FakeCluster:
     def serves(self, kind) -> bool:  # no PodGroups: distributed.gang auto is none here
         return False
 
-    def request(self, action, method, path, query=None, body=None):
+    def ask(self, method, path, body=None, **query):
         self.asked.append((method, path, query))
         if self.answer == "forbidden":
-            raise ClusterError("forbidden: cannot create jobs in namespace d")
+            return 403, {"message": f"forbidden: cannot create {path.rsplit('/', 1)[1]}"}
+        if self.answer == "failing":
+            return 503, {"message": "etcdserver: request timed out"}
         if self._refused(body):
-            raise ClusterError(REFUSAL)
-        return self._answer(body)
+            return 422, {"message": REFUSAL}
+        return 201, self._answer(body)
 
     def create(self, objects, *, dry_run=False):
         self.created.append(objects)
@@ -139,42 +143,70 @@ REFUSAL = ('job.batch/unit-job in namespace d is invalid: spec.template.spec.con
            '.restartPolicyRules[0].action: Unsupported value: "RestartAllContainers"')
 
 
-@pytest.mark.parametrize(("answer", "mode"), [("keep", "inPlace"), ("drop", "recreate"),
-                                              ("refuse", "recreate")])
-def test_auto_sends_in_place_and_the_cluster_answer_decides(answer, mode):
-    """No version string, no extra request: the in-place form is created; a cluster without
-    the gate drops the rule (the job recreates), one without the action refuses it (the
-    recreate form is sent instead)."""
+@pytest.fixture
+def renders(monkeypatch) -> list[str]:
+    """The restart mode of each render `create` makes."""
+    import kdist.rendering
+
+    made: list[str] = []
+
+    def counted(j, code=None, mode=None, *args: Any, **kwargs: Any):
+        made.append(mode)
+        return render(j, code, mode, *args, **kwargs)
+
+    monkeypatch.setattr(kdist.rendering, "render", counted)
+    return made
+
+
+@pytest.mark.parametrize(("answer", "mode", "probes"), [
+    ("keep", "inPlace", ["pods"]), ("drop", "recreate", ["pods"]),
+    ("refuse", "recreate", ["pods"]), ("forbidden", "recreate", ["pods", "jobs"]),
+    ("failing", "recreate", ["pods"])])
+def test_auto_asks_the_probe_first_then_renders_once_and_creates_once(answer, mode, probes,
+                                                                     renders):
+    """No version string: check's probe (a dry-run pod, else a Job) decides before the
+    render; served renders in place, dropped or refused recreate; where the probe cannot
+    tell, recreate (the form every cluster accepts) and a note says why."""
     cluster = FakeCluster(answer)
-    created, _, _ = create(cluster, job("auto", **{"metadata.namespace": "d"}), None, False)
+    created, _, notes = create(cluster, job("auto", **{"metadata.namespace": "d"}), None,
+                               False)
     assert restart_mode_of(created[0]) == mode
-    assert cluster.asked == []  # no dry run for auto
-    assert len(cluster.created) == (2 if answer == "refuse" else 1)
-    assert restart_mode_of(cluster.created[0][0]) == "inPlace"
+    assert [(m, p.rsplit("/", 1)[1], q["dryRun"]) for m, p, q in cluster.asked] == \
+        [("POST", p, "All") for p in probes]
+    assert renders == [mode] and len(cluster.created) == 1
+    if answer in ("forbidden", "failing"):
+        (note,) = notes
+        assert "restart rules: could not tell" in note and "recreating its pods" in note
+    else:
+        assert notes == []
 
 
-def test_in_place_asked_of_a_cluster_that_does_not_serve_it_is_refused_before_creating():
+def test_in_place_asked_of_a_cluster_that_does_not_serve_it_is_refused_before_creating(renders):
     cluster = FakeCluster("drop")
-    with pytest.raises(UsageError, match=r"restartMode inPlace: .*dropped container restart"):
+    with pytest.raises(UsageError, match=r"restartMode inPlace: container restartPolicyRules "
+                                         "are not served"):
         create(cluster, job("inPlace", **{"metadata.namespace": "d"}), None, False)
     ((method, path, query),) = cluster.asked
-    assert (method, query["dryRun"]) == ("POST", "All") and path.endswith("/jobs")
-    assert cluster.created == []
+    assert (method, query["dryRun"]) == ("POST", "All") and path.endswith("/pods")
+    assert cluster.created == [] and renders == []
     refusing = FakeCluster("refuse")
-    with pytest.raises(UsageError, match="refused container restart rules"):
+    with pytest.raises(UsageError, match="restartPolicyRules with the RestartAllContainers "
+                                         "action are refused"):
         create(refusing, job("inPlace", **{"metadata.namespace": "d"}), None, False)
+    unknown = FakeCluster("forbidden")
+    with pytest.raises(ClusterError, match="restartMode inPlace: could not tell"):
+        create(unknown, job("inPlace", **{"metadata.namespace": "d"}), None, False)
+    assert refusing.created == unknown.created == [] and renders == []
     served = FakeCluster("keep")
     created, _, _ = create(served, job("inPlace", **{"metadata.namespace": "d"}), None, False)
-    assert restart_mode_of(created[0]) == "inPlace"
+    assert restart_mode_of(created[0]) == "inPlace" and renders == ["inPlace"]
 
 
-def test_recreate_sends_no_rule_and_other_errors_are_not_hidden():
+def test_recreate_asks_nothing(renders):
     cluster = FakeCluster("refuse")
     created, _, _ = create(cluster, job("recreate", **{"metadata.namespace": "d"}), None, False)
     assert restart_mode_of(created[0]) == "recreate" and cluster.asked == []
-    with pytest.raises(ClusterError, match="forbidden"):
-        serves_in_place(FakeCluster("forbidden"),
-                        render(job(**{"metadata.namespace": "d"}), None, "inPlace")[0])
+    assert renders == ["recreate"] and len(cluster.created) == 1
 
 
 # --- status ---------------------------------------------------------------------------------

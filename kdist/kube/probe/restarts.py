@@ -1,32 +1,23 @@
 """Whether a cluster restarts pods in place: asked with a server dry run, never a version.
 
-One probe, asked two ways: `kdist check` (``restart_rules``) sends a tiny pod (else, where
-kdist's Role may not create pods, a Job) whose container has ``restartPolicyRules``; a
-submit (``serves_in_place``) sends the job itself, rendered in place.
-
-For ``restartMode: inPlace``, which is refused where it is not served (``auto`` needs
-no question: ``kdist.api.jobs.create``). A Job rendered to restart in place
-(``kdist.rendering.restarts``) is sent with ``dryRun=All``. An API server whose
-ContainerRestartRules gate is off drops the container's ``restartPolicyRules`` from
-its answer (disabled fields are dropped, not refused); one that knows the field but
-not the ``RestartAllContainers`` action (RestartAllContainersOnContainerExits off)
-refuses it as invalid. Either way the cluster does not serve in-place restarts; only
-a rule that comes back is served.
+One probe, for `kdist check` and a submit alike (``restart_rules``): a dry-run create of a
+tiny pod (else, where kdist's Role may not create pods, a Job) whose container has
+``restartPolicyRules`` with the ``RestartAllContainers`` action. An API server whose
+ContainerRestartRules gate is off drops the field from its answer (disabled fields are
+dropped, not refused); one that knows the field but not the action
+(RestartAllContainersOnContainerExits off) refuses it as invalid. Either way the cluster
+does not serve in-place restarts; only a rule that comes back is served. A submit asks it
+through its Cluster (``Cluster.ask``) before it renders (``kdist.api.jobs.create``), once
+per process: nothing is cached.
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any
 
 from kdist.kube import kinds
-from kdist.kube.errors import Action
 from kdist.kube.probe.verdict import ABSENT, OK, UNKNOWN, Ask, Verdict, brief, dig
-from kdist.kube.watch.objects import restart_mode_of
 from kdist.kube.write.creating import FIELD_MANAGER
-from kdist.shared.errors import ClusterError
-
-WHAT = ("container restart rules with the RestartAllContainers action (Kubernetes >= 1.36, "
-        "gates ContainerRestartRules and RestartAllContainersOnContainerExits)")
 
 # The action kdist's in-place restarts use (kdist.rendering.restarts), not just the field.
 _RULES = [{"action": "RestartAllContainers", "exitCodes": {"operator": "In", "values": [42]}}]
@@ -45,38 +36,6 @@ _POD_SPEC = {"restartPolicy": "Never", "containers": [_CONTAINER]}
 _NAME = "kdist-check-restart-rules"
 
 
-class Cluster(Protocol):
-    server: str
-
-    def request(self, action: Action, method: str, path: str,
-                query: dict[str, Any] | None = None, body: Any = None) -> dict[str, Any]: ...
-
-
-def serves_in_place(cluster: Cluster, job: dict[str, Any]) -> tuple[bool, str]:
-    """(whether the cluster keeps `job`'s restart rule, why not when it does not).
-
-    `job` is the Indexed Job rendered in place. An error that is not about the rule
-    (no such namespace, no permission) is raised: the create itself would fail the same.
-    """
-    kind, meta = kinds.of(job), job["metadata"]
-    ns = meta["namespace"]
-    # Under a generated name: a job of this name may exist (replaced next, or refused by
-    # the create itself, whose error says so better).
-    probe = {**job, "metadata": {k: v for k, v in meta.items() if k != "name"}
-             | {"generateName": f"{meta['name'][:50]}-"}}
-    try:
-        answer = cluster.request(Action("create", kind.plural, ns, meta["name"]), "POST",
-                                 kind.collection(ns),
-                                 {"fieldManager": FIELD_MANAGER, "dryRun": "All"}, probe)
-    except ClusterError as e:
-        if "restartPolicyRules" in str(e) or "RestartAllContainers" in str(e):
-            return False, f"the API server at {cluster.server} refused {WHAT}: {e}"
-        raise
-    if restart_mode_of(answer) == "inPlace":
-        return True, ""
-    return False, f"the API server at {cluster.server} dropped {WHAT} from a dry run"
-
-
 def restart_rules(ask: Ask, ns: str) -> Verdict:
     """Whether container `restartPolicyRules` survive a dry-run create: a Pod, else (a
     user with kdist's Role may not create pods) a Job, which kdist may create."""
@@ -86,9 +45,16 @@ def restart_rules(ask: Ask, ns: str) -> Verdict:
            "metadata": {"name": _NAME, "namespace": ns},
            "spec": {"backoffLimit": 0, "template": {"spec": _POD_SPEC}}}
     # A pod first, as the field is a pod's; forbidden (403), the same pod in a Job.
-    what, code, answer = "pod", *ask("POST", kinds.POD.collection(ns), pod, dryRun="All")
+    what, code, answer = "pod", *ask("POST", kinds.POD.collection(ns), pod, dryRun="All",
+                               fieldManager=FIELD_MANAGER)
     if code == 403:
-        what, code, answer = "job", *ask("POST", kinds.JOB.collection(ns), job, dryRun="All")
+        what, code, answer = "job", *ask("POST", kinds.JOB.collection(ns), job, dryRun="All",
+                                   fieldManager=FIELD_MANAGER)
+    if code in (400, 422) and _names_the_rule(answer):
+        return Verdict("restart rules", ABSENT, "container restartPolicyRules with the "
+                       f"RestartAllContainers action are refused (a dry-run create of a {what}"
+                       f" answered {code}: feature gate RestartAllContainersOnContainerExits "
+                       "off): gangs restart by recreating their pods")
     if code >= 300:
         message = " ".join(str(answer.get("message") or "").split())[:200]
         return Verdict("restart rules", UNKNOWN, f"could not tell: the dry-run create of a "
@@ -109,6 +75,12 @@ def restart_rules(ask: Ask, ns: str) -> Verdict:
                    f"(a dry-run create of a {what} dropped them: feature gate "
                    "ContainerRestartRules off, or Kubernetes < 1.36): gangs restart by "
                    "recreating their pods")
+
+
+def _names_the_rule(answer: dict[str, Any]) -> bool:
+    """Whether a refusal is of the rule itself (its field or its action), not of the probe."""
+    text = str(answer.get("message") or "")
+    return "restartPolicyRules" in text or "RestartAllContainers" in text
 
 
 def _malformed(what: str, problem: str) -> Verdict:
