@@ -24,7 +24,7 @@ from kdist.api.types import (
 from kdist.kube import kinds
 from kdist.kube.connect.config import ClusterOptions, KubeConfig, resolve_namespace
 from kdist.shared import strictjson
-from kdist.shared.errors import ClusterError, JobFailed, TimedOut, UsageError
+from kdist.shared.errors import ClusterError, JobFailed, OperatorMissing, TimedOut, UsageError
 from kdist.shared.terminal import escape
 
 if TYPE_CHECKING:
@@ -103,7 +103,8 @@ def submit(conn: Connection, job: TrainingJob, *, wait: bool = True, replace: bo
 
 def create(cluster: Cluster, job: TrainingJob, code: Packed | None,
            dry_run: bool) -> tuple[list[dict[str, Any]], list[str], list[str]]:
-    """Ask `cluster` what it serves, decide how `job` restarts and is scheduled there,
+    """Ask `cluster` what it serves (the backend's kind first: no operator, no request
+    that writes), decide how `job` restarts and is scheduled there,
     then render it once and create it once (`Cluster.create`, all or nothing); returns
     the objects, the API's warnings and kdist's notes on what it chose.
 
@@ -122,11 +123,18 @@ def create(cluster: Cluster, job: TrainingJob, code: Packed | None,
     object, so nothing was made) is refused for its pods' schedulingGroup is sent once
     more without it.
     """
+    from kdist.backends import get as backend_of
     from kdist.kube.write.creating import refusal
     from kdist.rendering import gang as G
     from kdist.rendering import render
 
     d = job.spec.distributed
+    backend = backend_of(job.spec.backend)
+    if backend.installs and not cluster.serves(backend.kind):
+        # Asked before any probe or create: a cluster without the operator gets no POST.
+        raise OperatorMissing(f"{backend.installs} is not installed (no "
+                              f"{backend.kind.api_version} {backend.kind.kind} resource): "
+                              f"job {job.metadata.name} was not submitted")
     notes: list[str] = []
     mode = _restart_mode(cluster, job, notes)
     gang = G.resolve(job, served=G.can_gang(job) and cluster.serves(kinds.PODGROUP))
