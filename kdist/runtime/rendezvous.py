@@ -29,6 +29,7 @@ import sys
 import time
 from collections.abc import Callable
 
+from kdist.runtime.heartbeat import BEAT, ENDED
 from kdist.runtime.plan import LaunchPlan
 from kdist.runtime.store import MiniStore, StoreClient, allow_many_connections, listen
 from kdist.runtime.watchdog import RESTART_KEY
@@ -187,6 +188,8 @@ class ExitBarrier:
         barrier is open; a failed one's node is about to fail or restart, not wait."""
         if self.listener is not None and self.server is None and self.plan.nnodes > 1:
             self.server = MiniStore(self.listener).start()
+            # node 0's launcher is alive and answering: not lost to the others' heartbeats
+            self.server.set(f"{BEAT}0", str(ENDED).encode())
             if finished:
                 self.server.set(BARRIER, b"1")
 
