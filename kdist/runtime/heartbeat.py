@@ -143,8 +143,8 @@ class Heartbeat:
         values = [_int(v) for v in store.multi_get(keys)]
         if values[0] > 0:
             node = values[0] - 1
-            why = bytes(store.get(LOST_WHY)) if store.check([LOST_WHY]) else b""
-            raise NodeLost(node, why.decode("utf-8", "replace") or f"node {node} lost")
+            told = bytes(store.get(LOST_WHY)) if store.check([LOST_WHY]) else b""
+            raise NodeLost(node, told.decode("utf-8", "replace") or f"node {node} lost")
         now = self.clock()
         self.silence.saw(dict(zip(self.nodes, values[1:], strict=True)), now)
         found = self.silence.lost(now)
