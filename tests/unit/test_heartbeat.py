@@ -230,3 +230,43 @@ def test_a_pods_exit_that_names_a_lost_node_is_the_cause_at_the_same_severity():
     assert "node 2 lost (silent for 10 s)" in led.restarts[0].cause
     led.failed("rank 2 (pod p2)", 1, "2026-12-05T03:05:00Z", 0.0, 9, said="a code error")
     assert "a code error" in led.restarts[0].cause  # a more telling failure still wins
+
+
+# --- spec.distributed.nodeLossSeconds ------------------------------------------------------
+
+
+def test_node_loss_seconds_defaults_to_10_and_is_rendered_only_when_set():
+    from kdist.spec import validate_job
+    from tests.unit.helpers import spec_with
+    from tests.unit.test_spec_progress import pod_env
+
+    job = validate_job(spec_with())
+    assert job.spec.distributed.node_loss_seconds == 10
+    assert "KDIST_NODE_LOSS_SECONDS" not in pod_env(job)
+
+
+@pytest.mark.parametrize("backend", ["indexed-job", "jobset", "pytorchjob"])
+def test_node_loss_seconds_reaches_the_launcher_through_the_rendered_pod(backend):
+    from kdist.runtime.plan import resolve_env
+    from kdist.spec import validate_job
+    from tests.unit.helpers import spec_with
+    from tests.unit.test_spec_progress import pod_env
+
+    job = validate_job(spec_with(**{"spec.backend": backend,
+                                    "spec.distributed": {"nodeLossSeconds": 4}}))
+    env = pod_env(job)
+    assert env["KDIST_NODE_LOSS_SECONDS"] == "4"
+    plan = resolve_env({**env, "KDIST_NODE_RANK": "1", "KDIST_MASTER_ADDR": "m"},
+                       gpu_count=lambda: 0)
+    assert plan.node_loss_s == 4
+
+
+@pytest.mark.parametrize(("value", "fragment"), [
+    (1, ">= 2"), ("10s", "integer"), (2.5, "integer"), (3601, "<= 3600")])
+def test_bad_node_loss_seconds_are_named(value, fragment):
+    from tests.unit.helpers import spec_with
+    from tests.unit.test_spec import problems
+
+    found = problems(spec_with(**{"spec.distributed": {"nodeLossSeconds": value}}))
+    assert any(p.startswith("job.yaml: spec.distributed.nodeLossSeconds") and
+               fragment in p for p in found), found
