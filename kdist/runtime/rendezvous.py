@@ -246,6 +246,9 @@ class ExitBarrier:
                 # node twice a second into rank 0's store (torch's server resolves each
                 # new client's name).
                 client.wait([BARRIER], timeout=max(0.1, deadline - clock()))
+                # its beat, ended, in node 0's barrier store too: a node still at work
+                # must not read this one as lost (kdist.runtime.heartbeat)
+                client.set(f"{BEAT}{self.plan.node_rank}", str(ENDED).encode())
                 client.add(DONE, 1)
                 return ""
             except TimeoutError:

@@ -270,3 +270,27 @@ def test_bad_node_loss_seconds_are_named(value, fragment):
     found = problems(spec_with(**{"spec.distributed": {"nodeLossSeconds": value}}))
     assert any(p.startswith("job.yaml: spec.distributed.nodeLossSeconds") and
                fragment in p for p in found), found
+
+
+def test_nodes_in_the_exit_barrier_are_ended_not_lost_to_a_node_still_at_work():
+    """Node 0's workers (and rank 0's store) are done: its barrier store says node 0 ended,
+    and a node reporting to the barrier says it too, so that node 2, still at work, reads
+    neither as lost while it finishes."""
+    from kdist.runtime.rendezvous import ExitBarrier
+
+    port = free_port()
+    sock = listen(port)
+    node0 = ExitBarrier(plan(nodes=3, node=0, port=port), sock)
+    try:
+        node0.serve(finished=True)
+        assert ExitBarrier(plan(nodes=3, node=1, port=port), None).wait(limit_s=10) == ""
+        assert node0.server is not None
+        clock, beats, _ = gang(3)
+        client = StoreClient("127.0.0.1", port, timeout=5)
+        for _ in range(30):  # node 2 watches nodes 0 and 1
+            beats[2].tick(client)
+            clock.now += 1
+        client.close()
+    finally:
+        node0.stop()
+        sock.close()
