@@ -294,3 +294,11 @@ def test_nodes_in_the_exit_barrier_are_ended_not_lost_to_a_node_still_at_work():
     finally:
         node0.stop()
         sock.close()
+
+
+def test_gloos_pair_closed_at_the_timeout_is_a_lost_peer_not_a_code_error():
+    from kdist.runtime.failures import output_says_peer_lost
+
+    tail = ("Traceback (most recent call last):\n  File \"train.py\", line 9, in <module>\n"
+            "RuntimeError: Application timeout caused pair closure\n")
+    assert output_says_peer_lost(tail)
