@@ -31,8 +31,9 @@ FD = "KDIST_STANDBY_FD"
 #: The file the standby's own output goes to until it is a worker (replayed into its pipe).
 EARLY = "KDIST_STANDBY_EARLY"
 #: What a standby imports while it waits: what every kdist worker and most scripts
-#: import first, and what takes the time.
-PRELOAD = ("torch", "torch.distributed", "torch.nn.parallel")
+#: import first, and what takes the time. torch._dynamo: DDP's constructor imports it
+#: (about as long again as torch itself).
+PRELOAD = ("torch", "torch.distributed", "torch.nn.parallel", "torch._dynamo")
 #: Read by the interpreter or by torch while they start: a worker whose value differs
 #: from this standby's starts cold.
 STARTUP = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "KDIST_PG_TIMEOUT", "USE_LIBUV",
