@@ -153,7 +153,11 @@ class Standbys:
             return None
         order = json.dumps({"argv": list(argv), "env": dict(env), "cwd": os.getcwd(),
                             "pipe": pipe}) + "\n"
-        why = self._hand(sb, order.encode())
+        try:
+            why = self._hand(sb, order.encode())
+        except BaseException:  # a signal while it waits: no standby is left behind
+            sb.kill()
+            raise
         if not why:
             self.handed[local_rank] = time.monotonic()
             return sb.proc
