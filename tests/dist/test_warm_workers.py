@@ -9,7 +9,12 @@ node with a directory of its own standing in for its pod's emptyDir (restarts in
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -56,6 +61,7 @@ SCRIPT = textwrap.dedent("""
         time.sleep(0.01)
     print("done", restart, flush=True)
 """)
+ROOT = Path(__file__).resolve().parents[2]
 WARM = "1 of 1 worker(s) of node {node} started from their standbys (warm), 0 cold"
 COLD = "0 of 1 worker(s) of node {node} started from their standbys (warm), 1 cold"
 
@@ -110,3 +116,50 @@ def test_a_standby_that_hangs_is_killed_and_its_rank_starts_cold(tmp_path):
     assert _said(run, 1, COLD.format(node=1)) == 1, run.text
     hung = [line for line in run.lines if "the standby of worker rank 1" in line]
     assert len(hung) == 1 and "did not answer within 5s after its order" in hung[0], run.text
+
+
+def _standbys_of(job: str) -> list[int]:
+    """Every process named kdist-standby that a launcher of job ``job`` started."""
+    found = []
+    for p in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            comm = Path(f"/proc/{p}/comm").read_text().strip()
+            environ = Path(f"/proc/{p}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if comm == "kdist-standby" and f"KDIST_JOB_NAME={job}".encode() in environ:
+            found.append(int(p))
+    return found
+
+
+@pytest.mark.timeout(240)
+def test_a_sigterm_stops_the_warm_worker_and_leaves_no_standby(tmp_path):
+    """SIGTERM to a warm node's launcher (a deleted pod): the worker gets it and exits as
+    it chooses, the launcher exits 143, and the standby waiting behind the worker is gone."""
+    job = f"warm-term-{os.getpid()}"
+    script = ("import signal, sys, time\n"
+              "signal.signal(signal.SIGTERM, lambda s, f: sys.exit(7))\n"
+              "print('up', flush=True)\n"
+              "while True: time.sleep(0.05)\n")
+    env = {**os.environ, **node_env(1, 1, 0, free_port(), KDIST_JOB_NAME=job,
+                                     KDIST_WARM_WORKERS="1", KDIST_MAX_RESTARTS="1",
+                                     KDIST_RESTART_DIR=str(tmp_path))}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    proc = subprocess.Popen([sys.executable, "-m", "kdist.launch", "--", "python", "-c",
+                             script], env=env, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    lines = []
+    for line in proc.stdout:  # the worker is up, and its standby's successor is ready
+        lines.append(line)
+        if line.strip() == "up":
+            break
+    deadline = time.monotonic() + 150
+    while not _standbys_of(job) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _standbys_of(job), "".join(lines)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=120)
+    text = "".join(lines) + out
+    assert proc.returncode == 143, text
+    assert "exited with code 7" in text or "stopped by SIGTERM; exiting 143" in text, text
+    assert _standbys_of(job) == [], text
