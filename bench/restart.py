@@ -19,7 +19,6 @@ line is told from the old attempt's last.
 from __future__ import annotations
 
 import json
-import os
 import re
 import time
 from pathlib import Path
@@ -51,9 +50,6 @@ IN_PLACE_4 = f"restartMode inPlace, 4 pods ({JOB})"
 WARM = f"restartMode inPlace, warmWorkers, 2 pods ({JOB})"
 CONTAINER = f"restartMode inPlace, restartWorkers false, 2 pods ({JOB})"
 STRIKE_AT = 5
-#: ``KDIST_BENCH_RUNTIME=shipped``: every job ships this tree's runtime (spec.runtime), for
-#: a cluster whose image was built before it.
-RUNTIME = os.environ.get("KDIST_BENCH_RUNTIME", "")
 # SIGKILL the workers (not the launcher, never a standby: a worker's stdout is its pipe to
 # the launcher, cold or warm alike); say when, on the node's (this machine's) clock. With
 # `warm`, first wait until the standby behind the worker is ready (a fault minutes into a
@@ -115,8 +111,6 @@ FIGURES = [
 def _job(name: str, ns: str, nodes: int, mode: str) -> str:
     # Room for a worker and a standby (each a Python with torch) in every variant alike.
     text = kube.job_yaml(name, ns, nodes=nodes, args=ARGS, cpu=CPU, memory="2Gi")
-    if RUNTIME:  # every variant alike: this tree's launcher on an image built before it
-        text = text.replace("\n  nodes:", f"\n  runtime: {RUNTIME}\n  nodes:", 1)
     extra = ""
     if mode == "container":  # in place, but the launchers leave the restart to the kubelet
         mode, extra = "inPlace", ", restartWorkers: false"
