@@ -9,7 +9,9 @@ worker processes with what torchrun's agent would give them (``RANK``,
 
 The launcher does not import torch: each worker imports it once, and they all
 start at about the same moment, which is what a pod's start to its first step
-costs (issue 13). The store torchrun's agent would host on the master port is
+costs (issue 13). With warm workers (``spec.distributed.warmWorkers``) a standby per
+local rank imports it ahead, while the launcher meets the others, and becomes the
+worker (``kdist.runtime.standby``). The store torchrun's agent would host on the master port is
 served by rank 0's worker (``kdist.runtime.sitehook``) on the socket node 0's
 launcher bound first thing; the launchers talk to each other on that port in
 torch's store protocol (``kdist.runtime.store``, ``kdist.runtime.rendezvous``).
