@@ -62,6 +62,8 @@ def env_contract(
     env[E.PG_TIMEOUT] = str(s.distributed.collective_timeout_seconds)
     if s.distributed.progress_timeout_seconds:
         env[E.PROGRESS_TIMEOUT] = str(s.distributed.progress_timeout_seconds)
+    if s.distributed.node_loss_seconds != E.DEFAULT_NODE_LOSS_S:
+        env[E.NODE_LOSS] = str(s.distributed.node_loss_seconds)
     if s.distributed.warm_workers:
         env[E.WARM_WORKERS] = "1"
     if s.checkpoint is not None:

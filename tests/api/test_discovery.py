@@ -75,3 +75,5 @@ def test_submit_without_the_backends_operator(api, kdist, tmp_path, backend, sai
     spec = objects.job_yaml(tmp_path / "job.yaml", backend=backend)
     out = kdist("submit", "--no-wait", str(spec))
     error_line(out, 3, said)
+    # Discovery is asked first: no restart-rules probe, no create, nothing half-made.
+    assert [r for r in out.requests if r.method != "GET"] == [], out.describe()
