@@ -52,8 +52,13 @@ SCRIPT = textwrap.dedent("""
             fault = os.environ["FAULT"]
             if fault == "died":
                 os.kill(pid, signal.SIGKILL)
-                while open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z":
-                    time.sleep(0.05)  # a zombie until its launcher reaps it
+                while True:  # dead: a zombie until its launcher reaps it, or gone
+                    try:
+                        if open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z":
+                            break
+                    except OSError:
+                        break
+                    time.sleep(0.05)
             elif fault == "hung":
                 os.kill(pid, signal.SIGSTOP)
             os.kill(os.getpid(), signal.SIGKILL)
