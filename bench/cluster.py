@@ -5,7 +5,9 @@ Interleaved per round, each job in the same fresh namespace under its own name:
 - kdist: ``kdist -n NS submit job.yaml --wait`` (validate, render, create, watch to
   the end, drain the logs), process start to exit;
 - kubectl: ``kubectl apply -f`` the same objects (``kdist render``'s output,
-  made before the clock starts) then ``kubectl wait --for=condition=complete``.
+  made before the clock starts) then ``kubectl wait --for=condition=complete``;
+- warm: the kdist way, with ``distributed.warmWorkers`` (the first workers run in
+  standbys that imported torch while the launchers met).
 
 After each job, rank 0's pod says how long training took to start: its log
 lines carry the container runtime's timestamps (ns), from the launcher's first
@@ -63,6 +65,13 @@ FIGURES = [
          "(absolute; all runs of both variants)"),
     Spec("cluster.pod_created_to_first_step_s", "pod created to first training step (rank 0)",
          "s", "rank 0 pod: metadata.creationTimestamp -> first step line", "(absolute)"),
+    Spec("cluster.pod_created_to_first_step_warm_s",
+         "pod created to first training step (rank 0), warm workers", "s",
+         f"{KDIST}, distributed.warmWorkers: true", "(absolute)", "<= 2.5", 2.5,
+         higher_is_better=False),
+    Spec("cluster.start_to_first_step_warm_s",
+         "container start to first training step (rank 0), warm workers", "s",
+         f"{KDIST}, distributed.warmWorkers: true", "(absolute)"),
 ]
 
 
@@ -106,7 +115,9 @@ def run(ctx: Ctx) -> dict[str, Measured]:
     created: list[float] = []
     to_created: list[float] = []
     applies: list[float] = []
-    counter = {"kdist": 0, "kubectl": 0}
+    warm_starts: list[float] = []
+    warm_created: list[float] = []
+    counter = {"kdist": 0, "kubectl": 0, "warm": 0}
     with TemporaryDirectory() as tmp, kube.namespace(api, "kdist-bench-ttr") as ns:
         ctx.say(f"    namespace {ns}")
 
@@ -114,16 +125,20 @@ def run(ctx: Ctx) -> dict[str, Measured]:
             counter[variant] += 1
             name = f"ttr-{variant}-{counter[variant]}"
             path = Path(tmp) / f"{name}.yaml"
-            path.write_text(kube.job_yaml(name, ns, nodes=2, args=ARGS))
+            text = kube.job_yaml(name, ns, nodes=2, args=ARGS)
+            if variant == "warm":
+                text = text.replace("distributed: {backend: gloo}",
+                                    "distributed: {backend: gloo, warmWorkers: true}")
+            path.write_text(text)
             return name, path
 
         def after(name: str) -> None:
             s, c = _start_times(kc, ns, name)
-            starts.append(s)
-            created.append(c)
+            (warm_starts if name.startswith("ttr-warm") else starts).append(s)
+            (warm_created if name.startswith("ttr-warm") else created).append(c)
 
-        def kdist_run() -> float:
-            name, path = job_file("kdist")
+        def kdist_run(variant: str = "kdist") -> float:
+            name, path = job_file(variant)
             lines, wall = run_lines([*_kdist_cli(), "--kubeconfig", kc, "-n", ns, "submit",
                                      str(path), "--wait", "--timeout", "400"],
                                     env=clean_env(), timeout=450)
@@ -150,7 +165,8 @@ def run(ctx: Ctx) -> dict[str, Measured]:
             return t_apply + t_wait
 
         try:
-            v = interleave({"kdist": kdist_run, "kubectl": kubectl_run}, ctx.rounds, ctx.say)
+            v = interleave({"kdist": kdist_run, "kubectl": kubectl_run,
+                            "warm": lambda: kdist_run("warm")}, ctx.rounds, ctx.say)
         except subprocess.TimeoutExpired as e:
             raise BenchError(f"timed out: {e}") from None
     r = ratios(v["kdist"], v["kubectl"])
@@ -163,4 +179,7 @@ def run(ctx: Ctx) -> dict[str, Measured]:
         "cluster.start_to_first_step_s": Measured(median(starts), starts),
         "cluster.pod_created_to_first_step_s": Measured(median(created), created,
                                                         "creationTimestamp has 1 s resolution"),
+        "cluster.pod_created_to_first_step_warm_s": Measured(
+            median(warm_created), warm_created, "creationTimestamp has 1 s resolution"),
+        "cluster.start_to_first_step_warm_s": Measured(median(warm_starts), warm_starts),
     }

@@ -59,15 +59,21 @@ def namespace(api: Any, prefix: str) -> Iterator[str]:
             pass
 
 
+#: ``KDIST_BENCH_RUNTIME=shipped``: every job ships this tree's runtime (spec.runtime), for
+#: a cluster whose image was built before it.
+RUNTIME = os.environ.get("KDIST_BENCH_RUNTIME", "")
+
+
 def job_yaml(name: str, ns: str, *, nodes: int, args: list[str], cpu: str = "1",
              memory: str = "1Gi", image: str = IMAGE) -> str:
     """A kdist job file for the DDP workload on the test image (or `image`)."""
     import json
 
+    runtime = f"  runtime: {RUNTIME}\n" if RUNTIME else ""
     return (
         "apiVersion: kdist/v1alpha1\nkind: TrainingJob\n"
         f"metadata: {{name: {name}, namespace: {ns}}}\n"
-        f"spec:\n  image: {image}\n  nodes: {nodes}\n  procsPerNode: 1\n"
+        f"spec:\n  image: {image}\n{runtime}  nodes: {nodes}\n  procsPerNode: 1\n"
         f"  workload: {{module: kdist.workloads.ddp, args: {json.dumps(args)}}}\n"
         "  distributed: {backend: gloo}\n"
         f"  resources: {{cpu: \"{cpu}\", memory: {memory}}}\n"

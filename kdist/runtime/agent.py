@@ -41,6 +41,7 @@ from kdist.runtime import workers as W
 from kdist.runtime.output import EMITTING, Output, break_lines
 from kdist.runtime.plan import LaunchPlan
 from kdist.runtime.rendezvous import ExitBarrier
+from kdist.runtime.standby import Standbys
 from kdist.runtime.watchdog import JobProgress, Watchdog
 from kdist.shared import exitcodes
 
@@ -198,9 +199,12 @@ def _failed(plan: LaunchPlan, failed: list[W.Worker], output: Output) -> int:
     return code
 
 
-def _watch(workers: list[W.Worker], barrier: ExitBarrier) -> list[W.Worker]:
+def _watch(workers: list[W.Worker], barrier: ExitBarrier,
+           standbys: Standbys | None = None, output: Output | None = None) -> list[W.Worker]:
     """Until every worker ended, or one failed (then the rest are stopped); the failed."""
     while True:
+        if standbys is not None and output is not None:
+            standbys.tick(lambda i: output.ranks[i].progress > 0)
         states = [w.poll() for w in workers]
         rank0 = [code for w, code in zip(workers, states, strict=True) if w.rank == 0]
         if rank0 and rank0[0] is not None:  # rank 0's store is gone: node 0's launcher answers
@@ -214,11 +218,13 @@ def _watch(workers: list[W.Worker], barrier: ExitBarrier) -> list[W.Worker]:
 
 
 def run(plan: LaunchPlan, module: str | None, rest: list[str], *, prefix_lines: bool,
-        listener: socket.socket | None = None, environ: Any = None) -> int:
+        listener: socket.socket | None = None, environ: Any = None,
+        standbys: Standbys | None = None) -> int:
     """Run this node's workers; return the node's exit code.
 
     ``listener``: node 0's listening master socket (``rendezvous.bind``), which rank
-    0's worker serves the store on.
+    0's worker serves the store on. ``standbys``: warm workers (``kdist.runtime.standby``),
+    which the launcher keeps across runs and closes.
     """
     environ = os.environ if environ is None else environ
     Said.stopped_by = None
@@ -245,8 +251,13 @@ def run(plan: LaunchPlan, module: str | None, rest: list[str], *, prefix_lines: 
             watchdog = Watchdog(plan.progress_timeout_s, progress.total, hang,
                                 on_lost=hang.lost).start()
         W.start(plan, worker_exec.worker_argv(module, rest), environ, work, output.pipe,
-                None if listener is None else listener.fileno(), into=workers)
-        failed = _watch(workers, barrier)
+                None if listener is None else listener.fileno(), into=workers,
+                standbys=standbys)
+        if standbys is not None:
+            warm = sum(w.warm for w in workers)
+            say(f"{warm} of {len(workers)} worker(s) of node {plan.node_rank} started from "
+                f"their standbys (warm), {len(workers) - warm} cold")
+        failed = _watch(workers, barrier, standbys, output)
         for w in workers:
             if w.teardown_signal is not None:
                 say(f"worker rank {w.rank} (node {plan.node_rank}, local rank {w.local_rank}, "
@@ -282,6 +293,8 @@ def run(plan: LaunchPlan, module: str | None, rest: list[str], *, prefix_lines: 
             say(f"{name} in the exit barrier; exiting 0 (this node's workers succeeded)")
             return 0
         signal.signal(e.sig, signal.SIG_IGN)  # a second one does not cut the grace short
+        if standbys is not None:  # no worker will need them: their memory back now
+            standbys.close()
         W.stop(workers, e.sig, STOP_GRACE_S)
         say(f"stopped by {name}; exiting {128 + e.sig}")
         return 128 + e.sig

@@ -9,7 +9,9 @@ worker processes with what torchrun's agent would give them (``RANK``,
 
 The launcher does not import torch: each worker imports it once, and they all
 start at about the same moment, which is what a pod's start to its first step
-costs (issue 13). The store torchrun's agent would host on the master port is
+costs (issue 13). With warm workers (``spec.distributed.warmWorkers``) a standby per
+local rank imports it ahead, while the launcher meets the others, and becomes the
+worker (``kdist.runtime.standby``). The store torchrun's agent would host on the master port is
 served by rank 0's worker (``kdist.runtime.sitehook``) on the socket node 0's
 launcher bound first thing; the launchers talk to each other on that port in
 torch's store protocol (``kdist.runtime.store``, ``kdist.runtime.rendezvous``).
@@ -69,16 +71,18 @@ import re
 import signal
 import socket
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from kdist.runtime import rendezvous, restarts, torchcheck
+from kdist.runtime import rendezvous, restarts, standby, torchcheck, worker_exec
 from kdist.runtime.agent import Said, run, say
 from kdist.runtime.failures import cause as _cause
 from kdist.runtime.failures import pick_failure
 from kdist.runtime.output import seal
 from kdist.runtime.plan import LaunchPlan, resolve_env, wait_for_master
+from kdist.runtime.standby import Standbys
 from kdist.runtime.workdir import use_shipped_code
 from kdist.runtime.worker_exec import command as _entrypoint
 from kdist.shared import env as E
@@ -141,6 +145,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         signal.signal(sig, _stop_on)
     counter = in_place = None
     listener = None
+    standbys: Standbys | None = None
     base = starts = 0
     try:
         torchcheck.check(os.environ)  # before the master port answers: the gang fails at once
@@ -155,6 +160,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             counter = restarts.counter_path(plan)
         if counter is not None:
             plan = dataclasses.replace(plan, restart_count=restarts.take(counter))
+        # Before the rendezvous and the code's unpacking: they overlap the standbys'
+        # import of torch (kdist.runtime.standby).
+        standbys = _standbys(plan, module, rest, listener, in_place)
         _say(
             f"job {plan.job_name}: node {plan.node_rank}/{plan.nnodes}, "
             f"ranks {plan.global_ranks.start}-{plan.global_ranks.stop - 1} of "
@@ -173,14 +181,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             restarts.note_restart(in_place, plan.restart_count or 0, base)
     except LaunchError as e:
         _say(str(e))
+        if standbys is not None:
+            standbys.close()
         if listener is not None:
             listener.close()
         return e.exit_code
+    except BaseException:
+        if standbys is not None:
+            standbys.close()
+        raise
     prefix = os.environ.get(E.LOG_PREFIX, "") not in ("", "0")
     try:
         while True:
             os.environ.update(plan.worker_env(os.environ, _cpu_count()))
-            code = run(plan, module, rest, prefix_lines=prefix, listener=listener)
+            code = run(plan, module, rest, prefix_lines=prefix, listener=listener,
+                       standbys=standbys)
             if in_place is None or not restarts.restart_workers(
                     plan, code, Said.stopped_by is not None, in_place, os.environ):
                 break
@@ -188,6 +203,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             if code:
                 break
     finally:
+        if standbys is not None:
+            standbys.close()
         if listener is not None:
             listener.close()
     if counter is not None and exitcodes.is_retryable(code):
@@ -201,6 +218,26 @@ def main(argv: Sequence[str] | None = None) -> int:
              f"(exit {code}: {exitcodes.describe(code)})")
         return spent
     return code
+
+
+def _standbys(plan: LaunchPlan, module: str | None, rest: list[str],
+              listener: socket.socket | None, in_place: Path | None) -> Standbys | None:
+    """This node's standby workers, started, when the pod asks for warm workers and they
+    can run its command; new ones follow handovers only where the launcher restarts its
+    workers itself."""
+    if not standby.asked(os.environ):
+        return None
+    argv = worker_exec.worker_argv(module, rest)
+    why = standby.cold_because(argv)
+    if why:
+        _say(f"warm workers: {why}; the workers start cold")
+        return None
+    os.environ.update(plan.worker_env(os.environ, _cpu_count()))  # as the workers get it
+    refill = in_place is not None and plan.max_restarts > 0 and \
+        os.environ.get(E.RESTART_WORKERS, "").strip() != "0"
+    directory = Path(tempfile.mkdtemp(prefix=f"kdist-launch-{os.getpid()}-standby-"))
+    return Standbys(plan, os.environ, directory, None if listener is None else listener.fileno(),
+                    refill=refill, say=_say).start_all()
 
 
 def _meet(plan: LaunchPlan, listener: socket.socket | None, started: float) -> LaunchPlan:

@@ -41,6 +41,8 @@ COUNT = "kdist/rdzv/count/"
 BARRIER, DONE, FAILED = "kdist/exit/open", "kdist/exit/done", "kdist/exit/failed"
 EXIT_BARRIER_S = 300.0  # torch's exit_barrier_timeout
 _POLL_S = 0.02
+#: how long node 0 waits for every node to have its GO before the port goes to rank 0
+RELEASE_S = 10.0
 #: how long node 0 tries a master port in use again (``bind``)
 BIND_WAIT_S = 20.0
 _BIND_RETRY_S = 0.25
@@ -130,7 +132,7 @@ def _lead(plan: LaunchPlan, listener: socket.socket, deadline: float,
         server.set(GO, str(agreed).encode())
         # Every other node has its answer before the socket goes to rank 0's worker
         # (a few seconds at most: they are connected and waiting).
-        release_by = min(deadline, clock() + 10.0)
+        release_by = min(deadline, clock() + RELEASE_S)
         while int(server.data.get(RELEASED, b"0")) < plan.nnodes - 1 and clock() < release_by:
             time.sleep(_POLL_S)
         return agreed
@@ -163,6 +165,7 @@ def _join(plan: LaunchPlan, deadline: float, clock: Callable[[], float],
             client.wait([GO], timeout=max(0.1, deadline - clock()))
             answer = client.get(GO)
             client.add(RELEASED, 1)
+            _until_closed(client, min(deadline, clock() + RELEASE_S + 5.0), clock)
             return int(answer) if answer.isdigit() else count
         except TimeoutError:
             problem = "not every node joined"
@@ -172,6 +175,20 @@ def _join(plan: LaunchPlan, deadline: float, clock: Callable[[], float],
         finally:
             client.close()
     raise _failed(plan, problem)
+
+
+def _until_closed(client: StoreClient, deadline: float, clock: Callable[[], float]) -> None:
+    """Wait until node 0's launcher closes this connection: its rendezvous server has
+    stopped accepting, so that no worker of this node (a warm one starts within
+    milliseconds) connects to the master port while that server still answers (it
+    would take the worker's store connection, then close it under it: "broken pipe").
+    Rank 0's worker is the next to accept there."""
+    try:
+        client.sock.settimeout(max(0.1, deadline - clock()))
+        while client.sock.recv(64):
+            pass
+    except OSError:  # reset (closed), or node 0 never closed it: go on as before
+        pass
 
 
 class ExitBarrier:

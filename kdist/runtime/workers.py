@@ -85,6 +85,7 @@ class Worker:
     left_group: bool = False  # it ended with processes left in its group (SIGKILLed)
     # The signal that ended it after its script had ended well (`ended_well`), counted as 0
     teardown_signal: int | None = None
+    warm: bool = False  # it runs in the standby it was handed to (kdist.runtime.standby)
 
     def poll(self) -> int | None:
         if self.exitcode is None and self.proc is not None:
@@ -130,9 +131,12 @@ class Worker:
 
 
 def start(plan: LaunchPlan, argv: Sequence[str], environ: Mapping[str, str], work: Path,
-          pipe: Any, store_fd: int | None, *, into: list[Worker]) -> list[Worker]:
+          pipe: Any, store_fd: int | None, *, into: list[Worker],
+          standbys: Any = None) -> list[Worker]:
     """Start this node's workers into ``into`` (each as it starts: a signal may come
-    between two); ``pipe(local_rank)`` is the path of each one's pipe."""
+    between two); ``pipe(local_rank)`` is the path of each one's pipe. ``standbys``
+    (``kdist.runtime.standby.Standbys``): a rank whose standby takes its order runs in
+    it, the others start cold."""
     errors, counts = work / "errors", work / "counts"
     errors.mkdir(parents=True, exist_ok=True)
     counts.mkdir(exist_ok=True)
@@ -145,6 +149,11 @@ def start(plan: LaunchPlan, argv: Sequence[str], environ: Mapping[str, str], wor
         fds: tuple[int, ...] = ()
         if store_fd is not None and rank == 0:
             env[STORE_FD], fds = str(store_fd), (store_fd,)
+        warm = None if standbys is None else \
+            standbys.take(local_rank, argv, env, str(pipe(local_rank)))
+        if warm is not None:
+            w.proc, w.pid, w.warm = warm, warm.pid, True
+            continue
         out = os.open(pipe(local_rank), os.O_WRONLY)
         try:
             w.proc = subprocess.Popen(list(argv), env=env, stdout=out, stderr=out,

@@ -52,6 +52,9 @@ DEFAULT_RESTART_DIR = "/var/run/kdist/restarts"
 #: ``0``: a launcher whose pod restarts in place never restarts its workers itself; its
 #: container restarts instead (``kdist.runtime.restarts.restart_workers``).
 RESTART_WORKERS = "KDIST_RESTART_WORKERS"
+#: ``1``: spec.distributed.warmWorkers, a standby worker per local rank that has imported
+#: torch and becomes the rank's next worker (kdist.runtime.standby).
+WARM_WORKERS = "KDIST_WARM_WORKERS"
 #: Launcher -> worker wrapper: the directory of one pipe per local rank that the
 #: worker's stdout and stderr go to (kdist.runtime.output).
 OUTPUT_PIPES = "KDIST_OUTPUT_PIPES"

@@ -121,6 +121,12 @@ class Distributed(_Model):
         default=True, description="Where the gang restarts in place: a worker killed, hung or "
         "cut off from a peer, while every pod is still there, is restarted by the launchers "
         "themselves across the gang (no container restarted); false = the containers restart.")
+    warm_workers: StrictBool = Field(
+        default=False, description="A standby process per local rank that has already "
+        "imported torch becomes the rank's next worker: at the pod's first start (the "
+        "import overlaps the rendezvous) and after each restart in process (a new standby "
+        "follows). Costs a Python with torch's memory per local rank (about 370 MB); a "
+        "standby that died or hung falls back to a cold start. Python commands only.")
     gang: Literal["auto", "native", "none"] = Field(default="auto", description=C.GANG_DOC)
     rendezvous_timeout_seconds: Annotated[StrictInt, Field(ge=1, le=86400)] = Field(
         default=E.DEFAULT_RDZV_TIMEOUT_S, description="How long a node waits for the others to "

@@ -56,16 +56,25 @@ def test_collective_timeout_applies_to_an_unchanged_script(tmp_path):
     assert_finished_after_one_restart(run, code)
 
 
-@pytest.mark.parametrize(("nodes", "procs"), [(2, 1), (1, 2)])
-def test_the_rank_named_is_the_one_that_hung_not_the_one_waiting(tmp_path, nodes, procs):
+# Warm: the workers run in standbys (warmWorkers), the restart's too; their stacks and
+# counts come as a cold worker's do, and the hang restart meets no "broken pipe".
+LAYOUTS = [(2, 1, False), (1, 2, False), (2, 1, True), (1, 2, True)]
+
+
+@pytest.mark.parametrize(("nodes", "procs", "warm"), LAYOUTS)
+def test_the_rank_named_is_the_one_that_hung_not_the_one_waiting(tmp_path, nodes, procs, warm):
     """Rank 1 prints on its way into the hang, after rank 0's last line: silence alone
     would blame rank 0, which waits in all_reduce. The ranks' stacks tell them apart,
     on every node (the nodes tell each other through the store)."""
     job = write_job(tmp_path, "hang", nodes=nodes, procsPerNode=procs, distributed={
-        "progressTimeoutSeconds": 6, "collectiveTimeoutSeconds": 300, "maxRestarts": 1})
+        "progressTimeoutSeconds": 6, "collectiveTimeoutSeconds": 300, "maxRestarts": 1,
+        "warmWorkers": warm})
     with KdistRun(job, tmp_path) as run:
         run.wait_for(RESTART, timeout=90)
         code = run.wait(timeout=90)
+    warm_starts = run.matching(r"(\d) of \1 worker\(s\) of node \d started from their standbys")
+    # At least the first start's, on every node (a restart may find a standby not ready)
+    assert (len(warm_starts) >= nodes) if warm else not warm_starts, run.text
     hung = run.matching(r"kdist\.launch: rank \d \(node \d\) hung: .*exiting 204")
     assert len(hung) == nodes, run.text  # every node ends as a hang ...
     node = 1 if nodes == 2 else 0
@@ -80,15 +89,16 @@ def test_the_rank_named_is_the_one_that_hung_not_the_one_waiting(tmp_path, nodes
     assert_finished_after_one_restart(run, code, nodes)
 
 
-@pytest.mark.parametrize(("nodes", "procs"), [(2, 1), (1, 2)])
+@pytest.mark.parametrize(("nodes", "procs", "warm"), LAYOUTS)
 def test_the_rank_named_is_the_one_that_hung_not_the_one_waiting_in_ddps_backward(
-        tmp_path, nodes, procs):
+        tmp_path, nodes, procs, warm):
     """Rank 0 waits in the all-reduce DDP's reducer starts from C++ inside backward(): its
     Python stack shows only the script's backward() line, as rank 1's shows its sleep, and
     rank 1 printed last. Their counts of collectives started tell them apart: rank 0
     started one more, the one rank 1 never reached (the nodes tell each other theirs)."""
     job = write_job(tmp_path, "hang-ddp", nodes=nodes, procsPerNode=procs, distributed={
-        "progressTimeoutSeconds": 6, "collectiveTimeoutSeconds": 300, "maxRestarts": 1})
+        "progressTimeoutSeconds": 6, "collectiveTimeoutSeconds": 300, "maxRestarts": 1,
+        "warmWorkers": warm})
     with KdistRun(job, tmp_path) as run:
         run.wait_for(RESTART, timeout=90)
         code = run.wait(timeout=90)

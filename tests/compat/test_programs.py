@@ -1,4 +1,5 @@
-"""The happy path: three real third-party programs, unchanged, on 2 nodes x 1 process."""
+"""The happy path: three real third-party programs, unchanged, on 2 nodes x 1 process;
+each cold and with warm workers (run in standbys that imported torch: the same outcome)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,25 @@ from compattools import rank_lines, run_kdist, write_job
 pytestmark = [pytest.mark.compat, pytest.mark.timeout(150)]
 
 
-def test_torchrun_style_ddp_script(tmp_path):
-    code, run = run_kdist(write_job(tmp_path, "ddp-torchrun"), tmp_path, timeout=120)
+@pytest.fixture(params=[False, True], ids=["cold", "warm"])
+def warm(request):
+    return request.param
+
+
+def _job(tmp_path, name: str, warm: bool):
+    return write_job(tmp_path, name, **({"distributed": {"warmWorkers": True}} if warm else {}))
+
+
+def _started_as_asked(run, warm: bool) -> None:
+    said = run.matching(r"started from their standbys \(warm\)")
+    assert len(said) == (2 if warm else 0), run.text
+    assert all("1 of 1 worker(s)" in line.text for line in said), run.text
+
+
+def test_torchrun_style_ddp_script(tmp_path, warm):
+    code, run = run_kdist(_job(tmp_path, "ddp-torchrun", warm), tmp_path, timeout=120)
     assert code == 0, run.text
+    _started_as_asked(run, warm)
     for rank in (0, 1):
         lines = rank_lines(run, rank)
         # 2048 samples, batch 32: 32 steps per epoch only when WORLD_SIZE is 2 and RANK differs.
@@ -22,9 +39,10 @@ def test_torchrun_style_ddp_script(tmp_path):
     assert snapshot["EPOCHS_RUN"] == 6
 
 
-def test_lightning_cli_ddp(tmp_path):
-    code, run = run_kdist(write_job(tmp_path, "lightning-ddp"), tmp_path, timeout=120)
+def test_lightning_cli_ddp(tmp_path, warm):
+    code, run = run_kdist(_job(tmp_path, "lightning-ddp", warm), tmp_path, timeout=120)
     assert code == 0, run.text
+    _started_as_asked(run, warm)
     assert "Initializing distributed: GLOBAL_RANK: 0, MEMBER: 1/2" in rank_lines(run, 0)
     assert "Initializing distributed: GLOBAL_RANK: 1, MEMBER: 2/2" in rank_lines(run, 1)
     assert "All distributed processes registered. Starting with 2 processes" in \
@@ -35,9 +53,10 @@ def test_lightning_cli_ddp(tmp_path):
     assert len(ckpts) == 1, ckpts
 
 
-def test_accelerate_own_test_script(tmp_path):
-    code, run = run_kdist(write_job(tmp_path, "accelerate-test-script"), tmp_path, timeout=120)
+def test_accelerate_own_test_script(tmp_path, warm):
+    code, run = run_kdist(_job(tmp_path, "accelerate-test-script", warm), tmp_path, timeout=120)
     assert code == 0, run.text
+    _started_as_asked(run, warm)
     for rank in (0, 1):
         lines = rank_lines(run, rank)
         assert "Distributed environment: DistributedType.MULTI_CPU  Backend: gloo" in lines, \

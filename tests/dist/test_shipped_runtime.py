@@ -24,14 +24,18 @@ def shipped(tmp_path: Path) -> tuple[list[str], dict[str, str], Path]:
     return [sys.executable, *boot[1:]], {E.RUNTIME_DIR: str(tmp_path)}, tmp_path
 
 
-@pytest.mark.timeout(120)
-def test_every_worker_runs_kdist_from_the_shipped_zip(shipped):
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("warm", ["0", "1"], ids=["cold", "warm"])
+def test_every_worker_runs_kdist_from_the_shipped_zip(shipped, warm):
+    """Warm too: the standbys start from the zip's sitehook, their workers import from it."""
     launch, env, where = shipped
     # Started where a pod starts (its /workspace), not in this checkout, whose kdist/
     # `python -c` would find first.
     run = run_job(["--", "python", "-c", SHOW_ORIGIN], nodes=2, procs=2, launch=launch,
-                  cwd=where, **env)
+                  cwd=where, KDIST_WARM_WORKERS=warm, **env)
     assert run.code == 0, run.text
+    warm_lines = [line for line in run.lines if "2 of 2 worker(s) of node" in line]
+    assert len(warm_lines) == (2 if warm == "1" else 0), run.text
     origins = sorted(line.split("origin ", 1)[1] for line in run.lines if "origin " in line)
     zip_ = str(where / E.RUNTIME_ZIP)
     assert [o.split()[0] for o in origins] == ["0", "1", "2", "3"], run.text

@@ -212,6 +212,27 @@ def test_every_node_starts_only_once_all_joined_and_the_barrier_waits_for_all():
         listener.close()
 
 
+def test_a_node_goes_on_only_once_node_0_stopped_serving_the_rendezvous(monkeypatch):
+    """A warm worker connects to the master port within milliseconds of its node's GO: by
+    then node 0's rendezvous server must no longer accept there, or it takes the worker's
+    store connection and closes it under it ("broken pipe", a second restart)."""
+    monkeypatch.setattr(R, "_POLL_S", 0.5)  # node 0 notices the release late: a wide window
+    port = free_port()
+    plans = _nodes(2, port)
+    listener = R.bind(plans[0])
+    assert listener is not None
+    lead = threading.Thread(target=R.rendezvous, args=(plans[0], listener, time.monotonic()))
+    lead.start()
+    try:
+        R.rendezvous(plans[1], None, time.monotonic())
+        # A worker's first move: nobody may answer it until rank 0's store does.
+        with pytest.raises(OSError):
+            StoreClient("127.0.0.1", port, timeout=1.0)
+    finally:
+        lead.join(timeout=30)
+        listener.close()
+
+
 def test_a_node_that_never_comes_fails_the_rendezvous_bounded():
     port = free_port()
     plans = _nodes(2, port, timeout="1")

@@ -48,6 +48,11 @@ SIGABRT or SIGSEGV died in the interpreter's or a library's teardown (torch's C+
 exit), after its work was done: the launcher counts it as succeeded, and says so
 (``kdist.runtime.workers``).
 
+A standby worker (``_kdist_standby``, spec.distributed.warmWorkers) runs this module before
+it has a rank: the timeout is set as in any worker, and once it is handed a rank,
+``became_worker`` does with the rank's own variables (the store's socket, the counts, the
+error file) what ``install`` and ``note_end_at_exit`` do with them at a cold start.
+
 This module shadows any other ``sitecustomize`` (an image may ship one), so
 it runs that one too, afterwards. Standard library only; never fails the
 worker: a problem is one line on stderr.
@@ -70,6 +75,7 @@ HOOK_MODULE = "kdist_sitehook"  # this module's name in sys.modules once chain()
 PG_TIMEOUT = "KDIST_PG_TIMEOUT"  # kdist.shared.env.PG_TIMEOUT; this file imports nothing of kdist
 STORE_FD = "KDIST_STORE_FD"  # kdist.runtime.workers.STORE_FD
 COUNTS = "KDIST_COLLECTIVE_COUNTS"  # kdist.shared.env.COLLECTIVE_COUNTS
+STANDBY_FD = "KDIST_STANDBY_FD"  # _kdist_standby.FD: this process is a standby worker
 COUNT_EVERY_S = 0.5  # well within the shortest progressTimeoutSeconds
 DUMP_SIGNAL_OFFSET = 5  # kdist.runtime.stacks.DUMP_SIGNAL = SIGRTMIN + 5
 DEFAULT_STORE_TIMEOUT_S = 300
@@ -261,14 +267,16 @@ def end_group_at_exit() -> None:
 
 
 ENDED_SUFFIX = ".ended"  # kdist.runtime.workers.ENDED_SUFFIX
-_ended: dict[str, Any] = {"failed": False}
+_ended: dict[str, Any] = {"failed": False, "path": ""}
 
 
 def note_end_at_exit() -> None:
-    """Registered before `_end_group`, so it runs after every other atexit handler."""
+    """Registered before `_end_group`, so it runs after every other atexit handler. In a
+    standby (``STANDBY_FD``) too: its file is known once it is a worker (`became_worker`)."""
     error_file = os.environ.get("TORCHELASTIC_ERROR_FILE", "")
-    if not error_file:
+    if not error_file and not os.environ.get(STANDBY_FD):
         return
+    _ended["path"] = error_file + ENDED_SUFFIX if error_file else ""
     real_exit, real_hook = sys.exit, sys.excepthook
 
     def exit(status: Any = None) -> None:  # noqa: A001 (sys.exit's stand-in)
@@ -280,17 +288,36 @@ def note_end_at_exit() -> None:
         real_hook(*args)
 
     sys.exit, sys.excepthook = exit, excepthook  # type: ignore[assignment]
-    atexit.register(_note_end, error_file + ENDED_SUFFIX)
+    atexit.register(_note_end)
 
 
-def _note_end(path: str) -> None:
-    if os.getpid() != _PID:  # a forked child's exit is not the worker's
+def _note_end() -> None:
+    path = _ended["path"]
+    if os.getpid() != _PID or not path:  # a forked child's exit is not the worker's
         return
     try:
         with open(path, "w") as f:
             f.write(f"{_PID} {'failed' if _ended['failed'] else 'ok'}\n")
     except OSError:
         pass
+
+
+def became_worker(environ: Any) -> None:
+    """A standby (``_kdist_standby``) is now a rank's worker, ``environ`` its environment:
+    what ``install`` and ``note_end_at_exit`` do with a rank's own variables, which the
+    standby did not have when this module ran."""
+    error_file = environ.get("TORCHELASTIC_ERROR_FILE", "")
+    _ended["path"] = error_file + ENDED_SUFFIX if error_file else ""
+    fd = (environ.pop(STORE_FD, None) or "").strip()
+    counts = environ.pop(COUNTS, None)
+    if counts:
+        count_collectives(counts)
+    if fd:
+        try:
+            serve_store(int(fd), environ)
+        except Exception as e:  # the script fails in init_process_group, not here
+            print(f"kdist: sitecustomize: cannot serve the store on the master port: "
+                  f"{type(e).__name__}: {e}", file=sys.stderr)
 
 
 def _end_group() -> None:
