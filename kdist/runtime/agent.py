@@ -14,7 +14,9 @@ workers import it, once each. The launchers' rendezvous and exit barrier are in
   ``STOP_GRACE_S``); the failure named is the most telling one among the workers
   that ended on their own, never one the agent stopped (``failures.pick_failure``);
 - ``progressTimeoutSeconds`` (``kdist.runtime.watchdog``): a silent job ends
-  with ``exitcodes.HUNG``; a node whose node 0 is gone ends with ``PEER_LOST``;
+  with ``exitcodes.HUNG``; a node that finds another lost (its heartbeat silent for
+  ``nodeLossSeconds``, ``kdist.runtime.heartbeat``; node 0: its store silent) SIGKILLs
+  its workers at once and ends with ``PEER_LOST``;
 - a SIGTERM, SIGINT, SIGHUP or SIGQUIT (a deleted, evicted or drained pod) reaches
   every worker as that signal, and they get ``STOP_GRACE_S`` to finish (kdist's
   workloads save a checkpoint) before SIGKILL; the node exits 128 + the signal.
@@ -98,10 +100,11 @@ class _Stopper:
         self.lock = threading.Lock()
 
     def lost(self, reason: str) -> None:
+        # A lost node's words start "node N lost (silent for X s)" (kdist.runtime.heartbeat):
+        # the ledger blames that node, not this one's lost peers.
         with self.lock:
             self.detail = (f"node {self.plan.node_rank}: {reason}"
-                           if reason.startswith("the gang is restarting") else
-                           f"node {self.plan.node_rank} lost node 0: {reason}")
+                           if reason.startswith("the gang is restarting") else reason)
         say(f"{self.detail}; stopping this node's workers")
         W.signal_all(self.workers, signal.SIGKILL)
 
@@ -252,6 +255,8 @@ def run(plan: LaunchPlan, module: str | None, rest: list[str], *, prefix_lines: 
                     "torch's): counted as succeeded, no restart spent")
         if watchdog is not None:
             watchdog.stop()
+            if hang.progress is not None and not watchdog.lost:
+                hang.progress.end()  # not lost while it waits in the exit barrier, or restarts
         output.stop()  # every line the workers wrote is out, and their tails complete
         output_open = False
         if failed:

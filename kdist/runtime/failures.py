@@ -23,6 +23,8 @@ from kdist.shared.tracebacks import user_frame
 PEER_LOST_HINTS = (
     "gloo/transport/", "Connection reset by peer", "Connection closed by peer",
     "Broken pipe", "NCCL communicator was aborted", "ncclRemoteError",
+    # gloo's pair to a frozen or cut-off peer, closed at the collective timeout
+    "Application timeout caused pair closure",
 )
 DIST_ERRORS = frozenset({"DistError", "DistBackendError", "DistNetworkError", "DistStoreError"})
 # The hints count only in these exceptions (and their subclasses, for live exceptions):

@@ -42,6 +42,8 @@ class LaunchPlan:
     # kdist.runtime.restarts), and the hang watchdog's limit (0: off).
     restart_count: int | None = None
     progress_timeout_s: int = 0
+    # A node silent this long is lost (kdist.runtime.heartbeat).
+    node_loss_s: int = E.DEFAULT_NODE_LOSS_S
 
     @property
     def world_size(self) -> int:
@@ -169,6 +171,7 @@ def resolve_env(
     rdzv = _first(environ, E.RDZV_TIMEOUT)
     pg = _first(environ, E.PG_TIMEOUT)
     progress = _first(environ, E.PROGRESS_TIMEOUT)
+    node_loss = _first(environ, E.NODE_LOSS)
     return LaunchPlan(
         job_name=environ.get(E.JOB_NAME, "").strip() or "kdist",
         nnodes=nnodes,
@@ -185,6 +188,7 @@ def resolve_env(
         pg_timeout_s=_int(pg, minimum=1) if pg else DEFAULT_PG_TIMEOUT_S,
         restart_count=_restart_count(environ),
         progress_timeout_s=_int(progress) if progress else 0,
+        node_loss_s=_int(node_loss, minimum=2) if node_loss else E.DEFAULT_NODE_LOSS_S,
     )
 
 

@@ -29,6 +29,7 @@ import sys
 import time
 from collections.abc import Callable
 
+from kdist.runtime.heartbeat import BEAT, ENDED
 from kdist.runtime.plan import LaunchPlan
 from kdist.runtime.store import MiniStore, StoreClient, allow_many_connections, listen
 from kdist.runtime.watchdog import RESTART_KEY
@@ -187,6 +188,8 @@ class ExitBarrier:
         barrier is open; a failed one's node is about to fail or restart, not wait."""
         if self.listener is not None and self.server is None and self.plan.nnodes > 1:
             self.server = MiniStore(self.listener).start()
+            # node 0's launcher is alive and answering: not lost to the others' heartbeats
+            self.server.set(f"{BEAT}0", str(ENDED).encode())
             if finished:
                 self.server.set(BARRIER, b"1")
 
@@ -243,6 +246,9 @@ class ExitBarrier:
                 # node twice a second into rank 0's store (torch's server resolves each
                 # new client's name).
                 client.wait([BARRIER], timeout=max(0.1, deadline - clock()))
+                # its beat, ended, in node 0's barrier store too: a node still at work
+                # must not read this one as lost (kdist.runtime.heartbeat)
+                client.set(f"{BEAT}{self.plan.node_rank}", str(ENDED).encode())
                 client.add(DONE, 1)
                 return ""
             except TimeoutError:

@@ -30,7 +30,7 @@ import time
 from collections.abc import Iterable
 
 MAGIC = 0x3C85F7CE
-VALIDATE, SET, GET, ADD, CHECK, WAIT, PING = 0, 1, 3, 4, 5, 6, 13
+VALIDATE, SET, GET, ADD, CHECK, WAIT, MULTI_GET, PING = 0, 1, 3, 4, 5, 6, 10, 13
 READY, NOT_READY = 0, 1  # CHECK's answer
 STOP_WAITING = 0  # WAIT's answer
 _U8, _U32, _U64, _I64 = (struct.Struct(f"={c}") for c in "BIQq")
@@ -76,7 +76,7 @@ def _string(data: bytes) -> bytes:
 
 
 class StoreClient:
-    """A TCPStore client speaking VALIDATE, PING, SET, GET, ADD, CHECK and WAIT."""
+    """A TCPStore client speaking VALIDATE, PING, SET, GET, MULTI_GET, ADD, CHECK and WAIT."""
 
     def __init__(self, host: str, port: int, timeout: float) -> None:
         self.sock = socket.create_connection((host, port), timeout=timeout)
@@ -115,6 +115,14 @@ class StoreClient:
         connection on torch's store)."""
         self.sock.sendall(_U8.pack(GET) + _string(key.encode()))
         return self._read(_U64.unpack(self._read(8))[0])
+
+    def multi_get(self, keys: Iterable[str]) -> list[bytes]:
+        """Several keys' values in one request (``kdist.runtime.heartbeat``); every key
+        must be set (torch's store waits for a missing one)."""
+        keys = list(keys)
+        self.sock.sendall(_U8.pack(MULTI_GET) + _U64.pack(len(keys))
+                          + b"".join(_string(k.encode()) for k in keys))
+        return [self._read(_U64.unpack(self._read(8))[0]) for _ in keys]
 
     def check(self, keys: Iterable[str]) -> bool:
         keys = list(keys)
@@ -320,6 +328,13 @@ class MiniStore:
             if found is None:
                 raise ValueError(f"GET of a missing key {key!r}")
             conn.sock.sendall(_string(found))
+        elif kind == MULTI_GET:
+            keys = [string().decode() for _ in range(_U64.unpack(take(8))[0])]
+            with self.lock:
+                values = [self.data.get(k) for k in keys]
+            if any(v is None for v in values):
+                raise ValueError("MULTI_GET of a missing key")
+            conn.sock.sendall(b"".join(_string(v) for v in values if v is not None))
         elif kind == ADD:
             key = string().decode()
             conn.sock.sendall(_I64.pack(self.add(key, _I64.unpack(take(8))[0])))

@@ -17,9 +17,10 @@ second of the others and exits ``exitcodes.HUNG``, and the gang restarts.
 The clock starts at the job's first output: starting up (imports, the
 rendezvous, loading a checkpoint) is not watched.
 
-The same counter tells a node that node 0 is gone (the master port stops
-answering for ``LOST_AFTER_S``; once rank 0's worker has exited, node 0's launcher
-answers there itself, ``kdist.runtime.rendezvous``): its ranks are dead, so this node stops its
+The same tick carries the launchers' heartbeat (``kdist.runtime.heartbeat``): a
+node silent for ``nodeLossSeconds`` is lost, and node 0 is lost when the master port
+stops answering that long (once rank 0's worker has exited, node 0's launcher answers
+there itself, ``kdist.runtime.rendezvous``): its ranks are dead, so this node stops its
 own workers and exits ``PEER_LOST``, even when they sit outside any
 collective (a hung rank, whose peers' failures it would never notice). This
 part runs on every job of several nodes, with or without a progress limit:
@@ -34,6 +35,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from kdist.runtime.heartbeat import Heartbeat, NodeLost, StoreSilence, lost_line
 from kdist.runtime.output import Output
 from kdist.runtime.plan import LaunchPlan
 from kdist.runtime.store import StoreClient
@@ -47,13 +49,14 @@ COUNTS_KEY = "kdist-watchdog/collectives/"
 #: (``kdist.runtime.rendezvous``): above this attempt's, the gang is restarting
 RESTART_KEY = "kdist/restart"
 STORE_TIMEOUT_S = 5
-# The master's store unreachable this long (once it answered): node 0's launcher is
-# gone, and with it node 0's ranks. Long enough that a network blip is not a loss.
-LOST_AFTER_S = 15.0
 
 
-class MasterLost(Exception):
-    """The rendezvous store on node 0 stopped answering: the gang is broken."""
+class MasterLost(NodeLost):
+    """The rendezvous store on node 0 stopped answering for ``nodeLossSeconds``: node 0
+    is lost, and the gang is broken."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__(0, why)
 
 
 class RestartAsked(MasterLost):
@@ -79,13 +82,29 @@ class JobProgress:
         self._store: Any = None  # a StoreClient, once the master's store answers
         self._sent = self._total = 0
         self._answered = False
-        self._failing_since: float | None = None
+        # Node 0's loss: its store silent (a frozen node answers nothing, slowly: a short
+        # timeout, so that a few tries fit in nodeLossSeconds).
+        self._silence = StoreSilence(plan.node_loss_s)
+        self._timeout = min(STORE_TIMEOUT_S, max(1.0, plan.node_loss_s / 3))
+        self.heartbeat = Heartbeat(plan.node_rank, plan.nnodes, plan.node_loss_s, clock=clock)
 
     def _client(self) -> Any:
         if self._store is None:
             self._store = StoreClient(self.plan.master_addr, self.plan.master_port,
-                                      timeout=STORE_TIMEOUT_S)
+                                      timeout=self._timeout)
         return self._store
+
+    def _beat(self) -> None:
+        self.heartbeat.tick(self._client())
+
+    def end(self) -> None:
+        """This node's workers are done: its beat says so (best effort), so that no
+        watcher reads it as lost while it waits in the exit barrier or restarts."""
+        if self.plan.nnodes > 1 and self._store is not None:
+            try:
+                self.heartbeat.end(self._store)
+            except Exception:
+                pass
 
     def _add(self, delta: int) -> int:
         return int(self._client().add(STORE_KEY, delta))
@@ -148,22 +167,30 @@ class JobProgress:
             return mine
         try:
             self._total = self._add(mine - self._sent)
+            self._sent = mine
+            self._silence.ok(self.clock())
+            self._answered = True
         except Exception as e:
             if self._store is not None:
                 self._store.close()
             self._store = None  # connect anew next time
             if not self._answered:  # rank 0's worker serves the store once torch is imported
                 return mine
-            now = self.clock()
-            if self._failing_since is None:
-                self._failing_since = now
-            elif now - self._failing_since >= LOST_AFTER_S:
+            silent = self._silence.failed(self.clock())
+            if silent is not None:
                 where = f"{self.plan.master_addr}:{self.plan.master_port}"
-                raise MasterLost(f"the master's store at {where} stopped answering "
-                                 f"{now - self._failing_since:.0f}s ago ({e})") from e
+                raise MasterLost(f"{lost_line(0, silent)}: the master's store at {where} "
+                                 f"stopped answering ({e})") from e
             return self._total + mine - self._sent  # meanwhile, this node's own progress
-        self._answered, self._failing_since, self._sent = True, None, mine
         self._restart_asked()
+        try:
+            self._beat()
+        except NodeLost:
+            raise
+        except Exception:  # the store went meanwhile: the next tick's ADD tells
+            if self._store is not None:
+                self._store.close()
+            self._store = None
         return self._total
 
     def _asked(self) -> bytes:
@@ -192,7 +219,8 @@ def _counts(text: bytes) -> dict[int, int]:
 
 class Watchdog:
     """Calls ``on_hang(silent_s)`` once, when ``progress()`` stopped growing for ``limit_s``,
-    or ``on_lost(reason)`` once, when ``progress()`` raises ``MasterLost``; then stops."""
+    or ``on_lost(reason)`` once, when ``progress()`` raises ``NodeLost`` (``MasterLost``:
+    node 0); then stops."""
 
     def __init__(self, limit_s: float, progress: Callable[[], int],
                  on_hang: Callable[[float], None], *,
@@ -235,7 +263,7 @@ class Watchdog:
             try:
                 if self.check():
                     return
-            except MasterLost as e:
+            except NodeLost as e:
                 self.lost = True
                 if self.on_lost is not None:
                     self.on_lost(str(e))

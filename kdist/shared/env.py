@@ -30,6 +30,10 @@ LOG_PREFIX = "KDIST_LOG_PREFIX"
 #: spec.distributed.progressTimeoutSeconds, when set: no output from any rank for this
 #: long (after the first) ends the attempt as a hang (exitcodes.HUNG).
 PROGRESS_TIMEOUT = "KDIST_PROGRESS_TIMEOUT"
+#: spec.distributed.nodeLossSeconds, when not the default: a node whose launcher's
+#: heartbeat is silent this long is lost (kdist.runtime.heartbeat).
+NODE_LOSS = "KDIST_NODE_LOSS_SECONDS"
+DEFAULT_NODE_LOSS_S = 10
 #: Which whole-job restart this is (0 = the first run), as the workers see it; the
 #: launcher sets TORCHELASTIC_RESTART_COUNT to the same. ``kdist run --local`` gives it to
 #: the launcher; a pod's launcher works it out (kdist.runtime.restarts).

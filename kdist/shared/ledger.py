@@ -33,6 +33,13 @@ ANNOTATION = "kdist.dev/ledger"
 MAX_ENTRIES = 100
 #: Two exits this close in time (their containers' finishedAt) are one restart's.
 SAME_S = 1.0
+#: A launcher's words on a node it found lost (``kdist.runtime.heartbeat.lost_line``): at
+#: the same severity, that cause names the origin, its survivors' lost peers do not.
+LOST_NODE = re.compile(r"\bnode \d+ lost \(silent for ")
+
+
+def _names_no_lost_node(cause: str) -> bool:
+    return LOST_NODE.search(cause) is None
 
 
 # The launcher's line (after its "kdist.launch: ") when it restarts its workers in process.
@@ -138,8 +145,9 @@ class Ledger:
             self.restarts.append(Restart(cause, code, epoch(finished_at) or now, last_step,
                                          gone=gone))
             self.version += 1
-        elif (exitcodes.severity(code), not gone) < \
-                (exitcodes.severity(current.exit_code), not current.gone):
+        elif (exitcodes.severity(code), not gone, _names_no_lost_node(cause)) < \
+                (exitcodes.severity(current.exit_code), not current.gone,
+                 _names_no_lost_node(current.cause)):
             current.cause, current.exit_code, current.gone = cause, code, gone
             current.fault_at = min(current.fault_at, epoch(finished_at) or now)
             self.version += 1
@@ -183,7 +191,8 @@ class Ledger:
                              who: str = "") -> bool:
         """A launcher (of `who`) said it restarts its workers in process: restart
         `restart.number`, counted once however many nodes say it, its cause the most
-        telling one they said (a kill before the lost peers it caused); a pod's failure
+        telling one they said (a kill before the lost peers it caused; a node found lost
+        before its survivors' lost peers); a pod's failure
         the watch saw first (a deleted pod, whose survivors restart in process) is the
         same restart. Whether the ledger changed."""
         cause = (f"{who}: " if who else "") + \
@@ -197,7 +206,8 @@ class Ledger:
             self.restarts.append(Restart(cause, restart.exit_code, now, last_step))
             self.version += 1
             return True
-        if exitcodes.severity(restart.exit_code) < exitcodes.severity(current.exit_code):
+        if (exitcodes.severity(restart.exit_code), _names_no_lost_node(cause)) < \
+                (exitcodes.severity(current.exit_code), _names_no_lost_node(current.cause)):
             current.cause, current.exit_code, current.gone = cause, restart.exit_code, False
             self.version += 1
             return True

@@ -132,6 +132,12 @@ class Distributed(_Model):
     progress_timeout_seconds: Annotated[StrictInt, Field(ge=0, le=86400)] = Field(
         default=0, description="Hang watchdog: no rank printed anything for this long -> the gang "
         "restarts. 0 = off.")
+    # The heartbeat lives in kdist.runtime.heartbeat.
+    node_loss_seconds: Annotated[StrictInt, Field(ge=2, le=3600)] = Field(
+        default=E.DEFAULT_NODE_LOSS_S, description="A node whose launcher's heartbeat is "
+        "silent this long (a frozen or partitioned node) is lost: the others stop their "
+        "workers at once and the gang restarts, instead of waiting out the collective "
+        "timeout or Kubernetes marking the node NotReady.")
     socket_interface: str | None = Field(default=None, description="The interface(s) NCCL and gloo "
                                          "use (NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME) unless "
                                          "spec.env sets them; for hostNetwork, Multus.")

@@ -119,7 +119,7 @@ class FakeStore:
 
 
 def test_the_job_progress_is_every_nodes_and_a_dead_master_is_noticed(monkeypatch):
-    from kdist.runtime.watchdog import LOST_AFTER_S, JobProgress, MasterLost
+    from kdist.runtime.watchdog import JobProgress, MasterLost
 
     class Out:
         count = 0
@@ -128,8 +128,10 @@ def test_the_job_progress_is_every_nodes_and_a_dead_master_is_noticed(monkeypatc
             return self.count
 
     fake, out, store = Fake(), Out(), FakeStore()
-    progress = JobProgress(plan(), out, clock=lambda: fake.now)  # type: ignore[arg-type]
+    progress = JobProgress(plan(KDIST_NODE_LOSS_SECONDS="12"), out,  # type: ignore[arg-type]
+                           clock=lambda: fake.now)
     monkeypatch.setattr(progress, "_add", store.add)
+    monkeypatch.setattr(progress, "_beat", lambda: None)
     store.up = False
     fake.now = 100.0
     assert progress.total() == 0  # the store is not up yet at start: no loss, just wait
@@ -140,10 +142,10 @@ def test_the_job_progress_is_every_nodes_and_a_dead_master_is_noticed(monkeypatc
     store.up = False
     out.count = 3
     assert progress.total() == 8  # meanwhile this node's own progress still counts
-    fake.now += LOST_AFTER_S - 1
+    fake.now += 11  # nodeLossSeconds=12 since it last answered: not yet
     assert progress.total() == 8
     fake.now += 1
-    with pytest.raises(MasterLost, match="stopped answering"):
+    with pytest.raises(MasterLost, match=r"^node 0 lost \(silent for 12 s\): .*stopped answering"):
         progress.total()
 
 
