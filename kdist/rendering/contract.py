@@ -64,6 +64,8 @@ def env_contract(
         env[E.PROGRESS_TIMEOUT] = str(s.distributed.progress_timeout_seconds)
     if s.distributed.node_loss_seconds != E.DEFAULT_NODE_LOSS_S:
         env[E.NODE_LOSS] = str(s.distributed.node_loss_seconds)
+    if s.distributed.spares:
+        env[E.SPARES] = str(s.distributed.spares)
     if s.checkpoint is not None:
         env[E.CHECKPOINT_DIR] = s.checkpoint.path
     env["OMP_NUM_THREADS"] = str(omp_threads(job))
