@@ -35,6 +35,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from kdist.runtime import spares
 from kdist.runtime.heartbeat import Heartbeat, NodeLost, StoreSilence, lost_line
 from kdist.runtime.output import Output
 from kdist.runtime.plan import LaunchPlan
@@ -169,6 +170,8 @@ class JobProgress:
             self._total = self._add(mine - self._sent)
             self._sent = mine
             self._silence.ok(self.clock())
+            if not self._answered:  # node 0: rank 0's new store learns the members
+                spares.publish(self._store, self.plan)
             self._answered = True
         except Exception as e:
             if self._store is not None:
@@ -231,6 +234,9 @@ class Watchdog:
         self.clock, self.tick_s = clock, tick_s
         self.fired = False
         self.lost = False
+        # The node found lost (not node 0's store gone, nor a restart asked): a vacancy
+        # for a warm spare (kdist.runtime.spares).
+        self.lost_node: int | None = None
         self._last = 0
         self._moved_at: float | None = None  # None until the first progress
         self._stop = threading.Event()
@@ -265,6 +271,8 @@ class Watchdog:
                     return
             except NodeLost as e:
                 self.lost = True
+                if not isinstance(e, MasterLost):
+                    self.lost_node = e.node
                 if self.on_lost is not None:
                     self.on_lost(str(e))
                 return

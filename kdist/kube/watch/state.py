@@ -89,6 +89,9 @@ class JobState:
     # What of the job object kdist did not read as its own, one line each: a shape it does
     # not write, ledger entries skipped (kdist.shared.ledgerread)
     notes: list[str] = field(default_factory=list)
+    # Warm spares (spec.distributed.spares), by slot: "free", or "took rank R" (their
+    # launchers' lines, kdist.runtime.membership).
+    spares: dict[int, str] = field(default_factory=dict)
 
     def gang_holds(self) -> bool:
         """Whether a native gang holds pods back now: it has not been placed, and some
