@@ -254,6 +254,12 @@ def _again(plan: LaunchPlan, code: int, listener: socket.socket | None, in_place
     did not meet again, and the container then restarts in place as it would have."""
     count = (plan.restart_count or 0) + 1
     why = _EXITING.sub("", Said.last)
+    try:
+        if plan.spares:  # back from a silence that cost this node its rank: no restart
+            spares.probe(plan)
+    except Fenced as e:
+        _say(f"{e}; exiting {e.exit_code}")
+        return plan, e.exit_code
     _say(in_process_line(count, plan.max_restarts, why, code))
     lost = [] if Said.lost_node is None else [Said.lost_node]
     try:

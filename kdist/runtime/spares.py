@@ -53,6 +53,36 @@ def current(store: Any, nnodes: int) -> Members | None:
     return None if raw is None else Members.decode(raw, nnodes)
 
 
+def superseded(client: Any, plan: LaunchPlan) -> str | None:
+    """Why this launcher is fenced, read from the store ``client`` reaches (None: it is
+    not, or the store does not say)."""
+    return _fence_why(current(client, plan.nnodes), plan)
+
+
+def _fence_why(now: Members | None, plan: LaunchPlan) -> str | None:
+    held = None if plan.members is None else plan.members.generation
+    if now is None or held is None or not fenced(held, plan.node_rank, plan.home_slot, now):
+        return None
+    return fence_line(plan.home_slot, plan.node_rank, held, now)
+
+
+def probe(plan: LaunchPlan) -> None:
+    """``Fenced`` when the store on node 0's port says this launcher is (one short try; a
+    store that does not answer says nothing: the rendezvous asks again)."""
+    try:
+        client = StoreClient(plan.master_addr, plan.master_port, timeout=2.0)
+    except OSError:
+        return
+    try:
+        why = superseded(client, plan)
+    except OSError:
+        return
+    finally:
+        client.close()
+    if why is not None:
+        raise Fenced(why)
+
+
 def lead_open(server: Any, plan: LaunchPlan, lost: Iterable[int]) -> None:
     """Node 0, a rendezvous begun: the members it knows, and the ranks it found lost."""
     server.set(MEMBERS, (plan.members or Members.first(plan.nnodes)).encode())
@@ -86,8 +116,9 @@ def join_check(client: Any, plan: LaunchPlan, lost: Iterable[int]) -> None:
     rank, slot = plan.node_rank, plan.home_slot
     held = None if plan.members is None else plan.members.generation
     now = current(client, plan.nnodes)
-    if now is not None and fenced(held, rank, slot, now):
-        raise Fenced(fence_line(slot, rank, held or 0, now))
+    why = _fence_why(now, plan)
+    if why is not None:
+        raise Fenced(why)
     if held is None and now is not None and now.holder(rank) != slot:
         raise Taken(f"slot {slot}'s node rank {rank} is held by slot {now.holder(rank)}")
     say_vacant(client, lost)

@@ -66,6 +66,12 @@ class RestartAsked(MasterLost):
     workers must stop too, even when they sit outside any collective (a hung rank)."""
 
 
+class Superseded(MasterLost):
+    """A newer generation of the gang gave this node's rank to a warm spare while this node
+    was lost (``kdist.runtime.membership``): its workers stop, and it writes nothing more
+    into the store (its launcher is then fenced)."""
+
+
 class JobProgress:
     """The job's total progress: this node's, plus (several nodes) everyone's via the store.
 
@@ -91,8 +97,18 @@ class JobProgress:
 
     def _client(self) -> Any:
         if self._store is None:
-            self._store = StoreClient(self.plan.master_addr, self.plan.master_port,
-                                      timeout=self._timeout)
+            store = StoreClient(self.plan.master_addr, self.plan.master_port,
+                                timeout=self._timeout)
+            if self.plan.spares and self._answered:  # back after a silence: still a member?
+                try:
+                    why = spares.superseded(store, self.plan)
+                except BaseException:
+                    store.close()
+                    raise
+                if why is not None:
+                    store.close()
+                    raise Superseded(why)
+            self._store = store
         return self._store
 
     def _beat(self) -> None:
@@ -173,6 +189,8 @@ class JobProgress:
             if not self._answered:  # node 0: rank 0's new store learns the members
                 spares.publish(self._store, self.plan)
             self._answered = True
+        except Superseded:
+            raise
         except Exception as e:
             if self._store is not None:
                 self._store.close()

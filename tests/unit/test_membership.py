@@ -190,3 +190,36 @@ def test_the_ledger_records_the_spare_that_took_the_lost_rank():
     assert kept.problems == [] and kept.ledger["restarts"][0]["spare"] == "slot 2 took rank 1"
     plain = read('{"restarts": [{"cause": "x", "exitCode": 137}]}')
     assert "spare" not in plain.ledger["restarts"][0]
+
+
+def test_a_node_back_from_a_silence_that_cost_its_rank_stops_before_it_writes():
+    """Its watchdog's new connection reads the members first (Superseded: its workers stop),
+    and its launcher is fenced before it says a restart (``spares.probe``)."""
+    from kdist.runtime.watchdog import JobProgress, Superseded
+
+    class Out:
+        def progress(self) -> int:
+            return 7
+
+    port = _free_port()
+    listener = R.bind(_plan(0, port))
+    server = MiniStore(listener).start()
+    try:
+        S.publish(server, _plan(0, port, members=Members(1, (0, 2))))
+        node1 = _plan(1, port, members=Members.first(2))
+        progress = JobProgress(node1, Out())  # type: ignore[arg-type]
+        progress._answered = True  # it had reached the store before its silence
+        before = dict(server.data)
+        with pytest.raises(Superseded, match="slot 2 holds it"):
+            progress.total()
+        assert server.data == before  # no progress added, no beat set
+        with pytest.raises(Fenced):
+            S.probe(node1)
+        S.probe(_plan(1, port, members=Members(1, (0, 1))))  # a member: nothing said
+        progress = JobProgress(_plan(1, port, members=Members(1, (0, 1))), Out())  # type: ignore[arg-type]
+        progress._answered = True
+        progress.total()
+        assert server.data != before  # a member goes on writing
+    finally:
+        server.stop()
+        listener.close()
