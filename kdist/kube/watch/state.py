@@ -204,6 +204,9 @@ class JobState:
             # only saw it (the list above is by time, 1 s resolution, so either may come first).
             "firstFailure": (bad.__dict__ if (bad := self.first_failure()) else None),
             "ledger": self.ledger,
+            # warm spares by slot ("free", "took rank R"), where the job has any
+            **({"spares": {str(k): v for k, v in sorted(self.spares.items())}}
+               if self.spares else {}),
         }
 
 
