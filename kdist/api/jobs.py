@@ -103,10 +103,9 @@ def submit(conn: Connection, job: TrainingJob, *, wait: bool = True, replace: bo
 
 def create(cluster: Cluster, job: TrainingJob, code: Packed | None,
            dry_run: bool) -> tuple[list[dict[str, Any]], list[str], list[str]]:
-    """Ask `cluster` what it serves (the backend's kind first: no operator, no request
-    that writes), decide how `job` restarts and is scheduled there,
-    then render it once and create it once (`Cluster.create`, all or nothing); returns
-    the objects, the API's warnings and kdist's notes on what it chose.
+    """Ask `cluster` what it serves (the backend's kind first), decide how `job` restarts
+    and is scheduled there, then render it once and create it once (`Cluster.create`, all
+    or nothing); returns the objects, the API's warnings and kdist's notes on what it chose.
 
     Restarts: where the spec may restart in place (restartMode auto or inPlace), the
     restart-rules probe of `kdist check` is asked first (``kdist.kube.probe.restarts``:
@@ -118,23 +117,19 @@ def create(cluster: Cluster, job: TrainingJob, code: Packed | None,
     Gang: auto sends a native gang where discovery shows PodGroups (none elsewhere). The
     PodGroup is asked by a dry-run create: refused (a Role without podgroups, 403; or 404
     though discovery lists them), the job is sent without one and a note says so. native
-    where PodGroups are not served, or refused, is refused before anything is made. The
-    one create that may follow another: an auto gang whose training object (the first
-    object, so nothing was made) is refused for its pods' schedulingGroup is sent once
-    more without it.
+    where PodGroups are not served, or refused, is refused before anything is made. An
+    auto gang whose training object (the first: nothing made) is refused for its pods'
+    schedulingGroup is sent once more without it (the one second create).
     """
     from kdist.backends import get as backend_of
     from kdist.kube.write.creating import refusal
     from kdist.rendering import gang as G
     from kdist.rendering import render
-
     d = job.spec.distributed
-    backend = backend_of(job.spec.backend)
-    if backend.installs and not cluster.serves(backend.kind):
-        # Asked before any probe or create: a cluster without the operator gets no POST.
-        raise OperatorMissing(f"{backend.installs} is not installed (no "
-                              f"{backend.kind.api_version} {backend.kind.kind} resource): "
-                              f"job {job.metadata.name} was not submitted")
+    b = backend_of(job.spec.backend)
+    if b.installs and not cluster.serves(b.kind):  # before any probe: nothing written
+        raise OperatorMissing(f"{b.installs} is not installed (no {b.kind.api_version} "
+                              f"{b.kind.kind} resource): job {job.metadata.name} not submitted")
     notes: list[str] = []
     mode = _restart_mode(cluster, job, notes)
     gang = G.resolve(job, served=G.can_gang(job) and cluster.serves(kinds.PODGROUP))
