@@ -36,6 +36,10 @@ from kdist.runtime.store import StoreClient
 from kdist.shared.errors import LaunchError
 
 POLL_S = 0.25
+# How long a launcher that held a rank waits for the members in the store it reaches: a
+# running gang's store (rank 0's) has them from node 0's first watchdog tick, seconds
+# after it is up; every store node 0's launcher serves has them from the start.
+MEMBERS_WAIT_S = 5.0
 
 
 class Taken(LaunchError):
@@ -66,6 +70,13 @@ def _fence_why(now: Members | None, plan: LaunchPlan) -> str | None:
     return fence_line(plan.home_slot, plan.node_rank, held, now)
 
 
+def _wait_members(client: Any, plan: LaunchPlan) -> None:
+    """A launcher that held a rank: wait (``MEMBERS_WAIT_S``; TimeoutError) until the store
+    has the members, so that it is not told too early that it is not fenced."""
+    if plan.members is not None and not client.check([MEMBERS]):
+        client.wait([MEMBERS], timeout=MEMBERS_WAIT_S)
+
+
 def probe(plan: LaunchPlan) -> None:
     """``Fenced`` when the store on node 0's port says this launcher is (one short try; a
     store that does not answer says nothing: the rendezvous asks again)."""
@@ -74,8 +85,9 @@ def probe(plan: LaunchPlan) -> None:
     except OSError:
         return
     try:
+        _wait_members(client, plan)
         why = superseded(client, plan)
-    except OSError:
+    except OSError:  # TimeoutError included
         return
     finally:
         client.close()
@@ -115,6 +127,7 @@ def join_check(client: Any, plan: LaunchPlan, lost: Iterable[int]) -> None:
     by a spare (``Taken``: it starts anew), or its claim on the rank made."""
     rank, slot = plan.node_rank, plan.home_slot
     held = None if plan.members is None else plan.members.generation
+    _wait_members(client, plan)  # TimeoutError: the rendezvous tries again
     now = current(client, plan.nnodes)
     why = _fence_why(now, plan)
     if why is not None:

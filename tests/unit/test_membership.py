@@ -223,3 +223,23 @@ def test_a_node_back_from_a_silence_that_cost_its_rank_stops_before_it_writes():
     finally:
         server.stop()
         listener.close()
+
+
+def test_a_node_back_early_waits_for_the_members_before_it_claims_its_rank():
+    """A running gang's store gets the members at node 0's first watchdog tick: a launcher
+    that held a rank and joins before then waits for them, and is fenced, not let in."""
+    port = _free_port()
+    listener = R.bind(_plan(0, port))
+    server = MiniStore(listener).start()
+    try:
+        node0 = _plan(0, port, members=Members(1, (0, 2)))
+        timer = threading.Timer(0.5, S.publish, (server, node0))
+        timer.start()
+        with pytest.raises(Fenced):
+            S.join_check(StoreClient("127.0.0.1", port, 5.0), _plan(1, port,
+                                                                   members=Members.first(2)), [])
+        timer.join()
+        assert not any(k.startswith("kdist/rdzv/") for k in server.data), server.data
+    finally:
+        server.stop()
+        listener.close()
