@@ -25,6 +25,7 @@ from kdist.backends.base import (
     spec_of,
 )
 from kdist.shared import env as E
+from kdist.shared import facts
 from kdist.shared import labels as L
 from kdist.shared.kind import Kind
 
@@ -78,7 +79,12 @@ class IndexedJob(Backend):
 
     def nodes(self, obj: dict[str, Any]) -> int | None:
         value = spec_of(obj).get("completions")
-        return None if value is None else node_count(obj, "spec.completions", value)
+        if value is None:
+            return None
+        pods = node_count(obj, "spec.completions", value)
+        # warm spares (spec.distributed.spares) are pods beyond the node ranks
+        spares = facts.read((obj.get("metadata") or {}).get("annotations")).spares
+        return pods - spares if 0 < spares < pods else pods
 
     def pod_rank(self, labels: dict[str, Any], annotations: dict[str, Any]) -> int | None:
         return completion_index(labels, annotations)

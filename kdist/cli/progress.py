@@ -347,7 +347,8 @@ def print_status(state: JobState) -> None:
             _phase_text(r, state), r.restarts, _step_text(r, state.max_steps), _loss_text(r),
             sparkline(r.losses), r.node or "-")))
     console.print(table)
-    for line in [*ledger_lines(state.ledger), *(f"note: {n}" for n in state.notes)]:
+    spares = [f"spare in slot {slot}: {what}" for slot, what in sorted(state.spares.items())]
+    for line in [*spares, *ledger_lines(state.ledger), *(f"note: {n}" for n in state.notes)]:
         console.print(shown(line))
 
 
@@ -362,7 +363,8 @@ def ledger_lines(ledger: dict[str, Any] | None) -> list[str]:
                 if r.get("resumedAt") else "back: no step line said when"
                 if ledger.get("succeeded") else "not resumed")
         at = str(r.get("faultAt") or "?")[11:19]
-        lines.append(f"restart {i} at {at}: {r.get('cause')}; {back}")
+        spare = f"; spare in {r['spare']}" if r.get("spare") else ""
+        lines.append(f"restart {i} at {at}: {r.get('cause')}{spare}; {back}")
     allowed = ledger.get("restartsAllowed")
     goodput = ledger.get("goodput")
     # A total the annotation held wrongly is None (kdist.shared.ledgerread): unsaid.

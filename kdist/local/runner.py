@@ -67,8 +67,10 @@ def run_local(job: Any, *, stdout: IO[str] | None = None, code: Any = None,
 
     _preflight(job, root := root or Path.cwd())
     # Each node's container env as a pod's spec lists it (not yet this process's env).
+    # Warm spares (spec.distributed.spares) are node groups beyond the ranks, as pods.
+    pods = job.spec.nodes + job.spec.distributed.spares
     envs = [contract.pod_env(job, node_rank=i, master_addr=LOCAL_MASTER, local=True)
-            for i in range(job.spec.nodes)]
+            for i in range(pods)]
     _gpu_env(job, envs)
     ckpt = local_checkpoint_dir(job, root)
     if ckpt is not None:
@@ -115,7 +117,8 @@ def run_local(job: Any, *, stdout: IO[str] | None = None, code: Any = None,
         code = run_nodes(argvs[0], envs, stdout=stdout,
                          max_restarts=job.spec.distributed.max_restarts, cwd=workspace,
                          node_argvs=argvs, on_attempt=on_attempt, on_interrupt=on_interrupt,
-                         ledger=ledger, restart_dirs=dirs)
+                         ledger=ledger, restart_dirs=dirs,
+                         ranks=job.spec.nodes if job.spec.distributed.spares else None)
     summary = ledger.summary(succeeded=code == 0)
     if summary is not None and on_ledger is not None:
         on_ledger(summary)
@@ -278,6 +281,7 @@ def run_nodes(
     on_interrupt: Callable[[int], None] | None = None,
     ledger: LocalLedger | None = None,
     restart_dirs: Sequence[Path] | None = None,
+    ranks: int | None = None,
 ) -> int:
     """Start one ``argv`` per env (node), stream their output, return the job's exit code.
 
@@ -295,6 +299,9 @@ def run_nodes(
     every node's exit and each restart. ``restart_dirs``: a directory per node, as a pod
     restarting in place has (``KDIST_RESTART_DIR``): the launchers restart their workers
     themselves and count every restart there (the runner's too), bounding them.
+    ``ranks``: with warm spares, the job succeeds once this many nodes have (whichever
+    hold the ranks, as a Job succeeds on its pods), and the rest (free spares) are stopped; a
+    node that exits ``exitcodes.FENCED`` (a spare took its rank) is no failure.
     """
     out = stdout if stdout is not None else sys.stdout
     argvs = list(node_argvs) if node_argvs is not None else [argv] * len(envs)
@@ -307,7 +314,7 @@ def run_nodes(
         if on_attempt is not None:
             on_attempt(restart)
         node, code, interrupted = _run_once(argvs, attempt, out, fail_grace_s, stop_grace_s,
-                                            cwd, ledger)
+                                            cwd, ledger, ranks)
         if interrupted and on_interrupt is not None:
             on_interrupt(code - 128)
         counted = _counted(restart_dirs) if restart_dirs is not None else restart + 1
@@ -342,8 +349,10 @@ def _run_once(
     stop_grace_s: float,
     cwd: Path | None = None,
     ledger: LocalLedger | None = None,
+    ranks: int | None = None,
 ) -> tuple[int, int, bool]:
-    """One attempt of every node: (the failed node that tells most, its code, interrupted)."""
+    """One attempt of every node: (the failed node that tells most, its code, interrupted).
+    ``ranks``: see ``run_nodes``."""
     lock = threading.Lock()
     exits: queue.Queue[tuple[int, int]] = queue.Queue()
     procs: list[subprocess.Popen[bytes]] = []
@@ -365,15 +374,19 @@ def _run_once(
                 threading.Thread(
                     target=lambda p=proc, n=node: exits.put((n, p.wait())), daemon=True
                 ).start()
-            pending = len(procs)
-            while pending:
+            pending, succeeded = len(procs), 0
+            while pending and (ranks is None or succeeded < ranks):
                 timeout = fail_grace_s if failures else None
                 try:
                     node, rc = exits.get(timeout=timeout)
                 except queue.Empty:
                     break  # a node failed and the rest did not follow in time
                 pending -= 1
-                if rc:
+                succeeded += rc == 0
+                if ranks is not None and rc == exitcodes.FENCED:
+                    print(f"kdist: node {node} was fenced (a spare holds its rank): not a "
+                          "failure", file=sys.stderr, flush=True)
+                elif rc:
                     failures.append((node, exitcodes.of_returncode(rc)))
                     if ledger is not None:
                         ledger.exited(node, exitcodes.of_returncode(rc))

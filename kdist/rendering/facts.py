@@ -14,5 +14,6 @@ def of(job: TrainingJob, *, code_sha256: str | None,
     facts = Facts(max_steps=max_steps_from_args(launch_argv(job)),
                   max_restarts=s.distributed.max_restarts,
                   procs_per_node=s.procs_per_node if isinstance(s.procs_per_node, int) else None,
-                  code=code_sha256 or "", runtime=runtime_sha256 or "")
+                  code=code_sha256 or "", runtime=runtime_sha256 or "",
+                  spares=s.distributed.spares)
     return {ANNOTATION: facts.encode()}

@@ -13,6 +13,8 @@ import-linter contract), since it runs in the training image.
 - ``output``: follows the workers' output (whole lines, progress bars collapsed).
 - ``watchdog``: ``progressTimeoutSeconds``: a job that prints nothing ends as a hang.
 - ``heartbeat``: ``nodeLossSeconds``: a node whose launcher falls silent is lost, in seconds.
+- ``membership``, ``spares``: ``spares``: a warm spare takes a lost node's rank; the node,
+  back, is fenced.
 - ``failures``: which failure names the node's, and a lost peer told from a code error.
 - ``preemption``: SIGTERM -> every rank agrees to stop at the same step.
 - ``launch``: the launcher itself (argv, then the order of things): ``python -m kdist.launch``.

@@ -60,6 +60,8 @@ class Said:
 
     last = ""
     stopped_by: int | None = None
+    # The node rank the last run found lost (its heartbeat silent): vacant for a spare.
+    lost_node: int | None = None
 
 
 def say(message: str) -> None:
@@ -238,6 +240,7 @@ def run(plan: LaunchPlan, module: str | None, rest: list[str], *, prefix_lines: 
         shutil.rmtree(work, ignore_errors=True)
         raise
     workers: list[W.Worker] = []
+    Said.lost_node = None
     hang = _Stopper(plan, output, workers)
     hang.counts = work / "counts"
     barrier = ExitBarrier(plan, listener)
@@ -266,6 +269,7 @@ def run(plan: LaunchPlan, module: str | None, rest: list[str], *, prefix_lines: 
                     "torch's): counted as succeeded, no restart spent")
         if watchdog is not None:
             watchdog.stop()
+            Said.lost_node = watchdog.lost_node
             if hang.progress is not None and not watchdog.lost:
                 hang.progress.end()  # not lost while it waits in the exit barrier, or restarts
         output.stop()  # every line the workers wrote is out, and their tails complete

@@ -76,10 +76,11 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from kdist.runtime import rendezvous, restarts, standby, torchcheck, worker_exec
+from kdist.runtime import rendezvous, restarts, spares, standby, torchcheck, worker_exec
 from kdist.runtime.agent import Said, run, say
 from kdist.runtime.failures import cause as _cause
 from kdist.runtime.failures import pick_failure
+from kdist.runtime.membership import Fenced, took_line
 from kdist.runtime.output import seal
 from kdist.runtime.plan import LaunchPlan, resolve_env, wait_for_master
 from kdist.runtime.standby import Standbys
@@ -161,22 +162,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         if counter is not None:
             plan = dataclasses.replace(plan, restart_count=restarts.take(counter))
         # Before the rendezvous and the code's unpacking: they overlap the standbys'
-        # import of torch (kdist.runtime.standby).
-        standbys = _standbys(plan, module, rest, listener, in_place)
-        _say(
-            f"job {plan.job_name}: node {plan.node_rank}/{plan.nnodes}, "
-            f"ranks {plan.global_ranks.start}-{plan.global_ranks.stop - 1} of "
-            f"{plan.world_size}, master {plan.master_addr}:{plan.master_port}, "
-            f"backend {plan.backend}, restart {plan.restart_count or 0} of "
-            f"{plan.max_restarts} allowed"
-        )
+        # import of torch (kdist.runtime.standby). A spare has no rank to warm yet.
+        standbys = None if plan.is_spare else _standbys(plan, module, rest, listener, in_place)
+        _say(_start_line(plan))
         code_dir = use_shipped_code(os.environ)  # spec.workdir: the workers start in it
         if code_dir is not None:
             _say(f"code {os.environ[E.CODE_SHA256][:12]} unpacked into {code_dir}")
         waited = wait_for_master(plan)
         if waited >= 1.0:
             _say(f"master {plan.master_addr}:{plan.master_port} answered after {waited:.1f}s")
-        plan = _meet(plan, listener, started)
+        plan = _first_meet(plan, listener, started)
         if in_place is not None and plan.restart_count != base + starts:
             restarts.note_restart(in_place, plan.restart_count or 0, base)
     except LaunchError as e:
@@ -240,17 +235,52 @@ def _standbys(plan: LaunchPlan, module: str | None, rest: list[str],
                     refill=refill, say=_say).start_all()
 
 
-def _meet(plan: LaunchPlan, listener: socket.socket | None, started: float) -> LaunchPlan:
+def _start_line(plan: LaunchPlan) -> str:
+    where = f"master {plan.master_addr}:{plan.master_port}"
+    if plan.is_spare:
+        return (f"job {plan.job_name}: spare in slot {plan.home_slot} ({plan.nnodes} nodes, "
+                f"{plan.spares} spare(s)), {where}")
+    return (f"job {plan.job_name}: node {plan.node_rank}/{plan.nnodes}, "
+            f"ranks {plan.global_ranks.start}-{plan.global_ranks.stop - 1} of "
+            f"{plan.world_size}, {where}, backend {plan.backend}, restart "
+            f"{plan.restart_count or 0} of {plan.max_restarts} allowed")
+
+
+def _first_meet(plan: LaunchPlan, listener: socket.socket | None,
+                started: float) -> LaunchPlan:
+    """The first rendezvous; a spare (``spec.distributed.spares``) waits first, holding no
+    rank, until it takes one (``kdist.runtime.spares``), and a pod whose slot's rank a
+    spare took (it was replaced) becomes a spare."""
+    while True:
+        if plan.is_spare:
+            rank, members = spares.wait_for_rank(plan, _say)
+            _say(took_line(plan.home_slot, rank))
+            plan = dataclasses.replace(plan, node_rank=rank, members=members)
+            started = time.monotonic()  # its rendezvous begins now, however long it waited
+        try:
+            return _meet(plan, listener, started)
+        except spares.Taken as e:
+            _say(f"{e}: this pod waits as a spare")
+            plan = dataclasses.replace(plan, node_rank=plan.nnodes + plan.home_slot)
+
+
+def _meet(plan: LaunchPlan, listener: socket.socket | None, started: float,
+          lost: Sequence[int] = ()) -> LaunchPlan:
     """The rendezvous: every node's launcher joined, on the highest restart count any
-    brought (``rendezvous.gather``)."""
+    brought (``rendezvous.meet``); ``lost``: the node ranks this one found lost."""
     mine = plan.restart_count or 0
-    waited, agreed = rendezvous.gather(plan, listener, started, mine)
-    if waited >= 1.0:
-        _say(f"all {plan.nnodes} nodes joined after {waited:.1f}s")
-    if agreed == mine:
+    met = rendezvous.meet(plan, listener, started, mine, lost)
+    if met.waited >= 1.0:
+        _say(f"all {plan.nnodes} nodes joined after {met.waited:.1f}s")
+    if plan.spares and met.members is not None and met.members != plan.members:
+        plan = dataclasses.replace(plan, members=met.members)
+        if met.members.generation:
+            _say(f"the gang is on generation {met.members.generation}: node ranks held by "
+                 f"slots {', '.join(map(str, met.members.slots))}")
+    if met.restart == mine:
         return plan
-    _say(f"the gang is on restart {agreed} (this node counted {mine})")
-    return dataclasses.replace(plan, restart_count=agreed)
+    _say(f"the gang is on restart {met.restart} (this node counted {mine})")
+    return dataclasses.replace(plan, restart_count=met.restart)
 
 
 def _again(plan: LaunchPlan, code: int, listener: socket.socket | None, in_place: Path,
@@ -261,10 +291,20 @@ def _again(plan: LaunchPlan, code: int, listener: socket.socket | None, in_place
     did not meet again, and the container then restarts in place as it would have."""
     count = (plan.restart_count or 0) + 1
     why = _EXITING.sub("", Said.last)
+    try:
+        if plan.spares:  # back from a silence that cost this node its rank: no restart
+            spares.probe(plan)
+    except Fenced as e:
+        _say(f"{e}; exiting {e.exit_code}")
+        return plan, e.exit_code
     _say(in_process_line(count, plan.max_restarts, why, code))
+    lost = [] if Said.lost_node is None else [Said.lost_node]
     try:
         again = _meet(dataclasses.replace(plan, restart_count=count), listener,
-                      time.monotonic())
+                      time.monotonic(), lost)
+    except Fenced as e:
+        _say(f"{e}; exiting {e.exit_code}")
+        return plan, e.exit_code
     except LaunchError as e:
         _say(f"{e}; exiting {code}: {exitcodes.describe(code)}")
         return plan, code

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from kdist.runtime.membership import Members
 from kdist.shared import env as E
 from kdist.shared.errors import LaunchError
 from kdist.shared.limits import MAX_NODES, MAX_PROCS_PER_NODE
@@ -44,6 +45,22 @@ class LaunchPlan:
     progress_timeout_s: int = 0
     # A node silent this long is lost (kdist.runtime.heartbeat).
     node_loss_s: int = E.DEFAULT_NODE_LOSS_S
+    # Warm spares (kdist.runtime.membership): this pod's slot (its index; None: its node
+    # rank), the job's spares, and the gang's members as this launcher last met them
+    # (None: it has not met the gang yet).
+    slot: int | None = None
+    spares: int = 0
+    members: Members | None = None
+
+    @property
+    def home_slot(self) -> int:
+        """This pod's slot: its completion index, whichever rank it holds."""
+        return self.node_rank if self.slot is None else self.slot
+
+    @property
+    def is_spare(self) -> bool:
+        """A spare holding no rank yet (its node rank is its slot, beyond the ranks)."""
+        return self.node_rank >= self.nnodes
 
     @property
     def world_size(self) -> int:
@@ -149,9 +166,12 @@ def resolve_env(
     if rank_var is None and nnodes > 1:
         raise LaunchError(f"KDIST_NODE_RANK is not set and there are {nnodes} nodes")
     node_rank = _int(rank_var) if rank_var else 0
-    if node_rank >= nnodes:  # only a variable that is set can be out of range
+    spares_var = _first(environ, E.SPARES)
+    spares = _int(spares_var) if spares_var else 0
+    if node_rank >= nnodes + spares:  # only a variable that is set can be out of range
         name = rank_var[0] if rank_var else E.NODE_RANK
-        raise LaunchError(f"{name}={node_rank} is out of range for {nnodes} nodes")
+        more = f" and {spares} spare(s)" if spares else ""
+        raise LaunchError(f"{name}={node_rank} is out of range for {nnodes} nodes{more}")
     addr_var = _first(environ, E.MASTER_ADDR, "PET_MASTER_ADDR", "MASTER_ADDR")
     if addr_var is None and nnodes > 1:
         raise LaunchError(f"KDIST_MASTER_ADDR is not set and there are {nnodes} nodes")
@@ -189,6 +209,8 @@ def resolve_env(
         restart_count=_restart_count(environ),
         progress_timeout_s=_int(progress) if progress else 0,
         node_loss_s=_int(node_loss, minimum=2) if node_loss else E.DEFAULT_NODE_LOSS_S,
+        slot=node_rank if spares else None,
+        spares=spares,
     )
 
 

@@ -27,9 +27,12 @@ import errno
 import socket
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from typing import NamedTuple
 
+from kdist.runtime import spares
 from kdist.runtime.heartbeat import BEAT, ENDED
+from kdist.runtime.membership import Members
 from kdist.runtime.plan import LaunchPlan
 from kdist.runtime.store import MiniStore, StoreClient, allow_many_connections, listen
 from kdist.runtime.watchdog import RESTART_KEY
@@ -104,21 +107,43 @@ def gather(plan: LaunchPlan, listener: socket.socket | None, started: float,
     count any node brought). Every node of a gang restart counts it, but a node made
     anew (a replaced pod) may know fewer than its survivors: the gang goes on from the
     highest, so every worker is told the same restart and the bound holds for all."""
+    met = meet(plan, listener, started, count, clock=clock)
+    return met.waited, met.restart
+
+
+class Met(NamedTuple):
+    """A rendezvous done: the seconds it took, the restart count agreed, and (a job with
+    spares) the gang's members as it met (``kdist.runtime.membership``)."""
+
+    waited: float
+    restart: int
+    members: Members | None
+
+
+def meet(plan: LaunchPlan, listener: socket.socket | None, started: float, count: int = 0,
+         lost: Iterable[int] = (), clock: Callable[[], float] = time.monotonic) -> Met:
+    """``gather``, and where the job has spares the members: ``lost``, the node ranks this
+    launcher found lost, are vacant for a spare to take (``kdist.runtime.spares``)."""
     begun = clock()
     deadline = started + plan.rdzv_timeout_s
     if plan.nnodes == 1:
-        return 0.0, count
+        return Met(0.0, count, plan.members)
+    lost = list(lost)
     if listener is not None:
-        agreed = _lead(plan, listener, deadline, clock, count)
+        agreed, members = _lead(plan, listener, deadline, clock, count, lost)
     else:
-        agreed = _join(plan, deadline, clock, count)
-    return clock() - begun, agreed
+        agreed, members = _join(plan, deadline, clock, count, lost)
+    return Met(clock() - begun, agreed, members)
 
 
 def _lead(plan: LaunchPlan, listener: socket.socket, deadline: float,
-          clock: Callable[[], float], count: int = 0) -> int:
+          clock: Callable[[], float], count: int = 0,
+          lost: Iterable[int] = ()) -> tuple[int, Members | None]:
     server = MiniStore(listener).start()
+    members = plan.members
     try:
+        if plan.spares:
+            spares.lead_open(server, plan, lost)
         server.set(RESTART_KEY, str(count).encode())  # a node still running stops its workers
         server.add(JOINED, 1)
         while int(server.data.get(JOINED, b"0")) < plan.nnodes:
@@ -129,19 +154,21 @@ def _lead(plan: LaunchPlan, listener: socket.socket, deadline: float,
         with server.lock:
             brought = [v for k, v in server.data.items() if k.startswith(COUNT)]
         agreed = max([count, *(int(v) for v in brought if v.isdigit())])
+        if plan.spares:
+            members = spares.lead_close(server, plan)
         server.set(GO, str(agreed).encode())
         # Every other node has its answer before the socket goes to rank 0's worker
         # (a few seconds at most: they are connected and waiting).
         release_by = min(deadline, clock() + RELEASE_S)
         while int(server.data.get(RELEASED, b"0")) < plan.nnodes - 1 and clock() < release_by:
             time.sleep(_POLL_S)
-        return agreed
+        return agreed, members
     finally:
         server.stop()
 
 
 def _join(plan: LaunchPlan, deadline: float, clock: Callable[[], float],
-          count: int = 0) -> int:
+          count: int = 0, lost: Iterable[int] = ()) -> tuple[int, Members | None]:
     problem = "node 0's launcher did not answer"
     while clock() < deadline:
         try:
@@ -152,6 +179,8 @@ def _join(plan: LaunchPlan, deadline: float, clock: Callable[[], float],
             time.sleep(min(0.2, max(0.0, deadline - clock())))
             continue
         try:
+            if plan.spares:  # first: a fenced launcher writes no key (kdist.runtime.spares)
+                spares.join_check(client, plan, lost)
             if client.check([BARRIER]):  # node 0's workers are done: no gang to join
                 client.add(FAILED, 1)
                 client.add(DONE, 1)  # node 0 exits PEER_LOST, not 0: the gang restarts
@@ -164,9 +193,10 @@ def _join(plan: LaunchPlan, deadline: float, clock: Callable[[], float],
             client.add(JOINED, 1)
             client.wait([GO], timeout=max(0.1, deadline - clock()))
             answer = client.get(GO)
+            members = spares.current(client, plan.nnodes) if plan.spares else None
             client.add(RELEASED, 1)
             _until_closed(client, min(deadline, clock() + RELEASE_S + 5.0), clock)
-            return int(answer) if answer.isdigit() else count
+            return (int(answer) if answer.isdigit() else count), members
         except TimeoutError:
             problem = "not every node joined"
         except OSError as e:
@@ -207,6 +237,7 @@ class ExitBarrier:
             self.server = MiniStore(self.listener).start()
             # node 0's launcher is alive and answering: not lost to the others' heartbeats
             self.server.set(f"{BEAT}0", str(ENDED).encode())
+            spares.publish(self.server, self.plan)  # a node coming back reads it: fenced?
             if finished:
                 self.server.set(BARRIER, b"1")
 

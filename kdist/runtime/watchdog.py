@@ -35,6 +35,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from kdist.runtime import spares
 from kdist.runtime.heartbeat import Heartbeat, NodeLost, StoreSilence, lost_line
 from kdist.runtime.output import Output
 from kdist.runtime.plan import LaunchPlan
@@ -65,6 +66,12 @@ class RestartAsked(MasterLost):
     workers must stop too, even when they sit outside any collective (a hung rank)."""
 
 
+class Superseded(MasterLost):
+    """A newer generation of the gang gave this node's rank to a warm spare while this node
+    was lost (``kdist.runtime.membership``): its workers stop, and it writes nothing more
+    into the store (its launcher is then fenced)."""
+
+
 class JobProgress:
     """The job's total progress: this node's, plus (several nodes) everyone's via the store.
 
@@ -90,8 +97,18 @@ class JobProgress:
 
     def _client(self) -> Any:
         if self._store is None:
-            self._store = StoreClient(self.plan.master_addr, self.plan.master_port,
-                                      timeout=self._timeout)
+            store = StoreClient(self.plan.master_addr, self.plan.master_port,
+                                timeout=self._timeout)
+            if self.plan.spares and self._answered:  # back after a silence: still a member?
+                try:
+                    why = spares.superseded(store, self.plan)
+                except BaseException:
+                    store.close()
+                    raise
+                if why is not None:
+                    store.close()
+                    raise Superseded(why)
+            self._store = store
         return self._store
 
     def _beat(self) -> None:
@@ -169,7 +186,11 @@ class JobProgress:
             self._total = self._add(mine - self._sent)
             self._sent = mine
             self._silence.ok(self.clock())
+            if not self._answered:  # node 0: rank 0's new store learns the members
+                spares.publish(self._store, self.plan)
             self._answered = True
+        except Superseded:
+            raise
         except Exception as e:
             if self._store is not None:
                 self._store.close()
@@ -231,6 +252,9 @@ class Watchdog:
         self.clock, self.tick_s = clock, tick_s
         self.fired = False
         self.lost = False
+        # The node found lost (not node 0's store gone, nor a restart asked): a vacancy
+        # for a warm spare (kdist.runtime.spares).
+        self.lost_node: int | None = None
         self._last = 0
         self._moved_at: float | None = None  # None until the first progress
         self._stop = threading.Event()
@@ -265,6 +289,8 @@ class Watchdog:
                     return
             except NodeLost as e:
                 self.lost = True
+                if not isinstance(e, MasterLost):
+                    self.lost_node = e.node
                 if self.on_lost is not None:
                     self.on_lost(str(e))
                 return

@@ -34,6 +34,9 @@ PROGRESS_TIMEOUT = "KDIST_PROGRESS_TIMEOUT"
 #: heartbeat is silent this long is lost (kdist.runtime.heartbeat).
 NODE_LOSS = "KDIST_NODE_LOSS_SECONDS"
 DEFAULT_NODE_LOSS_S = 10
+#: spec.distributed.spares, when set: pods (local node groups) of index >= KDIST_NNODES
+#: start as warm spares holding no rank (kdist.runtime.membership).
+SPARES = "KDIST_SPARES"
 #: Which whole-job restart this is (0 = the first run), as the workers see it; the
 #: launcher sets TORCHELASTIC_RESTART_COUNT to the same. ``kdist run --local`` gives it to
 #: the launcher; a pod's launcher works it out (kdist.runtime.restarts).

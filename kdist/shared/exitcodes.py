@@ -36,6 +36,12 @@ HUNG = 204
 #: line names the failure it stands for.
 RESTARTS_SPENT = 205
 
+#: A node's launcher that comes back after the gang found its node lost and a spare took
+#: its rank (a newer generation, kdist.runtime.membership): it exits at once, having
+#: touched neither the job's state nor its checkpoints. Not a failure: the Job's
+#: podFailurePolicy ignores it, and a local run does not count it.
+FENCED = 206
+
 #: The exit codes that fail a job at once, without a retry.
 CODE_ERRORS = range(1, 128)
 
@@ -59,7 +65,7 @@ def of_returncode(returncode: int) -> int:
 
 def is_retryable(code: int) -> bool:
     """Whether a pod or process group that exited with ``code`` is worth a gang restart."""
-    return code >= 128 and code != RESTARTS_SPENT
+    return code >= 128 and code not in (RESTARTS_SPENT, FENCED)
 
 
 def severity(code: int) -> int:
@@ -71,6 +77,8 @@ def severity(code: int) -> int:
     """
     if code == PEER_LOST:
         return 2
+    if code == FENCED:  # a node already replaced: no failure of the job's
+        return 3
     # RESTARTS_SPENT stands for a retryable failure (a kill, a peer lost, a hang): the
     # pod whose own failure it was ends first, and its launcher's line names it.
     return 1 if is_retryable(code) or code == RESTARTS_SPENT else 0
@@ -86,6 +94,8 @@ def describe(code: int) -> str:
         return "hung: no progress within progressTimeoutSeconds (retryable)"
     if code == RESTARTS_SPENT:
         return "failed retryably with every restart of maxRestarts used (not retried)"
+    if code == FENCED:
+        return "fenced: a spare holds this node's rank (not a failure)"
     if code > 128 and code - 128 <= 64:
         try:
             return f"killed by {signal.Signals(code - 128).name} (retryable)"

@@ -23,19 +23,22 @@ _SHA = frozenset("0123456789abcdef")
 class Facts:
     """What the spec said: `--max-steps` of the workload (None: not given), the restart
     bound, processes per pod (None: "auto", one per GPU), the shipped code's and
-    runtime's sha256 ("" when not shipped)."""
+    runtime's sha256 ("" when not shipped), warm spare pods beside the node ranks."""
 
     max_steps: int | None = None
     max_restarts: int | None = None
     procs_per_node: int | None = 1
     code: str = ""
     runtime: str = ""
+    spares: int = 0
 
     def encode(self) -> str:
         doc: dict[str, Any] = {"maxSteps": self.max_steps, "maxRestarts": self.max_restarts,
                                "procsPerNode": self.procs_per_node}
         doc.update({k: v for k, v in (("codeSha256", self.code),
                                       ("runtimeSha256", self.runtime)) if v})
+        if self.spares:
+            doc["spares"] = self.spares
         return json.dumps(doc, sort_keys=True, separators=(",", ":"))
 
 
@@ -53,7 +56,8 @@ def read(annotations: Mapping[str, Any] | None) -> Facts:
     procs = _count(doc.get("procsPerNode", 1), minimum=1)
     return Facts(max_steps=_count(doc.get("maxSteps")),
                  max_restarts=_count(doc.get("maxRestarts")), procs_per_node=procs,
-                 code=_sha(doc.get("codeSha256")), runtime=_sha(doc.get("runtimeSha256")))
+                 code=_sha(doc.get("codeSha256")), runtime=_sha(doc.get("runtimeSha256")),
+                 spares=_count(doc.get("spares", 0)) or 0)
 
 
 def _count(value: Any, minimum: int = 0) -> int | None:

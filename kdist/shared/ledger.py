@@ -13,7 +13,9 @@ kubectl) reads it; a job nobody watched through a restart has none. `kdist run
 
 A launcher that restarts its own workers without exiting (in process) says so in
 one line, `IN_PROCESS` (`in_process_line` writes it, `in_process_restart` reads it):
-every node says it once per restart, and the ledger counts each restart once.
+every node says it once per restart, and the ledger counts each restart once. A warm
+spare that takes a lost node's rank says so (`SPARE_TOOK`, ``kdist.runtime.membership``):
+the open restart records it (``spare``: "slot S took rank R").
 """
 
 from __future__ import annotations
@@ -45,6 +47,17 @@ def _names_no_lost_node(cause: str) -> bool:
 # The launcher's line (after its "kdist.launch: ") when it restarts its workers in process.
 IN_PROCESS = re.compile(r"restarting this node's workers \(restart (\d+) of (\d+), in process\): "
                         r"(.*); exit (\d+)\s*$")
+
+
+# The launcher's line (after its "kdist.launch: ") when a warm spare takes a node rank.
+SPARE_TOOK = re.compile(r"spare in slot (\d+) takes node rank (\d+)\s*$")
+
+
+def spare_took(line: str) -> tuple[int, int] | None:
+    """(slot, rank) of a launcher's own line saying a spare took that rank, else None."""
+    said = launcher_said(line)
+    m = SPARE_TOOK.match(said) if said is not None else None
+    return None if m is None else (int(m.group(1)), int(m.group(2)))
 
 
 class InProcess(NamedTuple):
@@ -91,6 +104,7 @@ class Restart:
     resumed_at: float | None = None
     resumed_step: int | None = None  # the step it went on from (a checkpoint's, or 0)
     gone: bool = False  # its cause is a pod that went away (deleted, evicted): the origin
+    spare: str = ""  # a warm spare that took the lost node's rank: "slot S took rank R"
 
     @property
     def seconds_lost(self) -> float | None:
@@ -107,7 +121,7 @@ class Restart:
                 "resumedAt": iso(self.resumed_at), "lastStep": self.last_step,
                 "resumedStep": self.resumed_step,
                 "secondsLost": None if self.seconds_lost is None else round(self.seconds_lost, 1),
-                "stepsLost": self.steps_lost}
+                "stepsLost": self.steps_lost, **({"spare": self.spare} if self.spare else {})}
 
 
 @dataclass
@@ -182,7 +196,8 @@ class Ledger:
         self.restarts = [Restart(
             str(e.get("cause", "")), num(e.get("exitCode")) or 0,
             when(e.get("faultAt")) or 0.0, num(e.get("lastStep")),
-            when(e.get("resumedAt")), num(e.get("resumedStep"))) for e in entries]
+            when(e.get("resumedAt")), num(e.get("resumedStep")),
+            spare=e["spare"] if isinstance(e.get("spare"), str) else "") for e in entries]
         self.in_process |= set(range(1, len(self.restarts) + 1))
         self.version += 1
         return True
@@ -212,6 +227,16 @@ class Ledger:
             self.version += 1
             return True
         return False
+
+    def spare_took(self, slot: int, rank: int) -> bool:
+        """A warm spare in ``slot`` took node rank ``rank``: the open restart's (the one its
+        rank's loss made). Whether the ledger changed."""
+        current = self.open
+        if current is None:
+            return False
+        current.spare = f"slot {slot} took rank {rank}"
+        self.version += 1
+        return True
 
     def stepped(self, step: int, now: float, resumed: bool) -> None:
         """A rank logged `step` (`resumed`: it said it resumed from that step): the gang

@@ -69,7 +69,10 @@ ENTRY: dict[str, tuple[Callable[[Any], bool], str]] = {
     "resumedStep": (_or_none(_count), "a step"),
     "secondsLost": (_or_none(_seconds), "a number of seconds"),
     "stepsLost": (_or_none(_count), "a count"),
+    "spare": (_text, "text"),
 }
+# Said only where it holds: a restart a warm spare ended
+OPTIONAL = frozenset({"spare"})
 TOTALS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "restartsUsed": (lambda v: _count(v) and v <= MAX_ENTRIES, f"a count up to {MAX_ENTRIES}"),
     "restartsAllowed": (_or_none(_count), "a count"),
@@ -99,7 +102,7 @@ def read(text: str | None) -> Kept:
         if why:
             problems.append(f"{WHERE}: entry {i}: {why}; skipped")
         else:
-            entries.append({k: entry.get(k) for k in ENTRY})
+            entries.append({k: entry.get(k) for k in ENTRY if k in entry or k not in OPTIONAL})
     if len(value["restarts"]) > MAX_ENTRIES:
         problems.append(f"{WHERE}: more than {MAX_ENTRIES} entries; the rest skipped")
     ledger: dict[str, Any] = {"restarts": entries}

@@ -275,6 +275,24 @@ def native_gang(gang: str, backend: str, queue: str) -> None:
                          "queued job's pods all at once already; use auto or none")
 
 
+def spares(distributed: Any, backend: str, nodes: int) -> None:
+    """distributed.spares: a spare takes a lost node's rank where the launchers re-form the
+    gang in process (kdist.runtime.membership): an Indexed Job whose pods restart in place."""
+    if not distributed.spares:
+        return
+    if backend != "indexed-job":
+        raise ValueError(f"distributed.spares: not served on {backend} yet (indexed-job only)")
+    if nodes < 2:
+        raise ValueError("distributed.spares needs nodes >= 2 (a spare takes a lost node's "
+                         "rank; node 0, the store's host, is replaced as today)")
+    if not distributed.max_restarts:
+        raise ValueError("distributed.spares needs maxRestarts >= 1 (a spare taking a rank "
+                         "is a restart of the gang)")
+    if distributed.restart_mode == "recreate" or not distributed.restart_workers:
+        raise ValueError("distributed.spares needs the launchers to restart their workers "
+                         "in process (restartMode auto or inPlace, restartWorkers true)")
+
+
 def mount_free(path: str, others: list[str], what: str) -> None:
     """Refuse a second volume at `path` (the API server refuses duplicate mount paths)."""
     norm = path.rstrip("/") or "/"

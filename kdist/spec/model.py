@@ -144,6 +144,12 @@ class Distributed(_Model):
         "silent this long (a frozen or partitioned node) is lost: the others stop their "
         "workers at once and the gang restarts, instead of waiting out the collective "
         "timeout or Kubernetes marking the node NotReady.")
+    # A spare's side lives in kdist.runtime.membership.
+    spares: Annotated[StrictInt, Field(ge=0, le=64)] = Field(
+        default=0, description="Warm spare pods started with the job (indexed-job): each "
+        "waits at the rendezvous holding no rank, and when a node is lost the first free "
+        "spare takes its rank, in seconds; the node's pod, if it comes back, is fenced "
+        "(exit 206). Each costs a pod's resources for the job's life.")
     socket_interface: str | None = Field(default=None, description="The interface(s) NCCL and gloo "
                                          "use (NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME) unless "
                                          "spec.env sets them; for hostNetwork, Multus.")
@@ -315,6 +321,7 @@ class JobSpec(_Model):
             )
         C.in_place(self.distributed.restart_mode, self.backend)
         C.native_gang(self.distributed.gang, self.backend, self.scheduling.queue)
+        C.spares(self.distributed, self.backend, self.nodes)
         if self.checkpoint is not None:
             C.mount_free(self.checkpoint.path, [v.mount_path for v in self.pod.volumes],
                          "spec.checkpoint.path")

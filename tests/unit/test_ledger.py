@@ -335,3 +335,26 @@ def test_the_watch_shows_and_writes_what_it_saw_after_reading_back_its_own_ledge
     t.log_line("unit-job-0-x", step(40, "resume"))
     (r,) = t.state.ledger["restarts"]
     assert (r["resumedStep"], r["stepsLost"], r["secondsLost"]) == (40, 10, 6.0), r
+
+
+def test_the_watch_shows_each_spare_and_the_restart_one_ended():
+    """A warm spare's pod (index 2 of a 2-node job) says it waits, then takes rank 1 after
+    node 1 was lost: `status` shows it, and the open restart records it."""
+    clock = Clock()
+    t = Tracker("unit-job", "d", clock=clock)
+    for rank in (0, 1, 2):
+        t.pod_event("ADDED", pod(rank))
+    t.log_line("unit-job-2-x", "kdist.launch: spare in slot 2: waiting at m:29500, holding "
+                               "no rank")
+    assert t.state.spares == {2: "free"}
+    t.log_line("unit-job-0-x", step(10))
+    t.log_line("unit-job-0-x", said(1, cause="node 1 lost (silent for 10 s): its launcher's "
+                                              "heartbeat stopped (seen by node 0)", code=203))
+    t.log_line("unit-job-2-x", "kdist.launch: spare in slot 2 takes node rank 1")
+    assert t.state.spares == {2: "took rank 1"}
+    assert t.state.to_dict()["spares"] == {"2": "took rank 1"}
+    clock.now += 8
+    t.log_line("unit-job-0-x", step(10, "resume"))
+    (r,) = t.state.ledger["restarts"]
+    assert r["spare"] == "slot 2 took rank 1" and "node 1 lost" in r["cause"]
+    assert "; spare in slot 2 took rank 1; back 8.0s later" in ledger_lines(t.state.ledger)[0]

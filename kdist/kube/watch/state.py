@@ -89,6 +89,9 @@ class JobState:
     # What of the job object kdist did not read as its own, one line each: a shape it does
     # not write, ledger entries skipped (kdist.shared.ledgerread)
     notes: list[str] = field(default_factory=list)
+    # Warm spares (spec.distributed.spares), by slot: "free", or "took rank R" (their
+    # launchers' lines, kdist.runtime.membership).
+    spares: dict[int, str] = field(default_factory=dict)
 
     def gang_holds(self) -> bool:
         """Whether a native gang holds pods back now: it has not been placed, and some
@@ -201,6 +204,9 @@ class JobState:
             # only saw it (the list above is by time, 1 s resolution, so either may come first).
             "firstFailure": (bad.__dict__ if (bad := self.first_failure()) else None),
             "ledger": self.ledger,
+            # warm spares by slot ("free", "took rank R"), where the job has any
+            **({"spares": {str(k): v for k, v in sorted(self.spares.items())}}
+               if self.spares else {}),
         }
 
 

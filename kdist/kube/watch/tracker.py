@@ -34,7 +34,7 @@ from kdist.kube.watch.podwarnings import Warned, once, pod_warnings
 from kdist.kube.watch.state import Failure, JobState, RankState
 from kdist.shared import exitcodes, facts
 from kdist.shared.ledger import ANNOTATION as LEDGER
-from kdist.shared.ledger import Ledger, in_process_restart
+from kdist.shared.ledger import Ledger, in_process_restart, spare_took
 from kdist.shared.ledgerread import read as read_ledger
 from kdist.shared.terminal import escape
 
@@ -265,6 +265,16 @@ class Tracker:
                                                      who=who):
             self.ledger_changed()
 
+    def _spare(self, slot: int, line: str, live: bool) -> None:
+        """A warm spare's launcher: waiting (free), or taking a lost node's rank."""
+        took = spare_took(line)
+        if took is None:
+            self.state.spares.setdefault(slot, "free")
+            return
+        self.state.spares[took[0]] = f"took rank {took[1]}"
+        if live and self.ledger.spare_took(*took):
+            self.ledger_changed()
+
     # -- logs -----------------------------------------------------------------------------
 
     def rank_of_pod(self, pod_name: str) -> int | None:
@@ -280,6 +290,9 @@ class Tracker:
             return
         if line.startswith("kdist.launch: restarting "):
             self._in_process(rank, pod_name, line, live)
+            return
+        if line.startswith("kdist.launch: spare in slot "):
+            self._spare(rank, line, live)
             return
         record = parse_record(line)
         if record is None:

@@ -1,0 +1,119 @@
+"""Warm spares and fencing (``spec.distributed.spares``): which pod holds which node rank.
+
+A job of N node ranks and K spares has N + K pods (local node groups), each with a
+**slot**: its completion index. At the start slot R holds node rank R, and slots N..N+K-1
+are spares: their launchers start, wait at node 0's port holding no rank (no worker
+started), and poll it. The gang's **members** are one record, kept in node 0's store
+(``MEMBERS``): a **generation**, bumped each time the gang re-forms with another slot
+holding a rank, and the slot that holds each rank.
+
+When the gang finds node R (not 0) lost (``kdist.runtime.heartbeat``), its survivors stop
+their workers and meet again in process (``kdist.runtime.launch``); each says in that
+rendezvous that rank R is vacant (``VACANT``). A free spare sees it, claims rank R
+(``CLAIM``: an ``ADD`` in node 0's store, so one claimant wins, whether a spare or node R
+itself come back in time), joins as node R, and node 0 writes the new members, at the
+next generation, before it lets the gang go. The survivors resume from the newest
+checkpoint, as after any restart. Node 0's loss takes the store with it: its
+replacement pod is waited for, as without spares.
+
+**Fencing**: a launcher that held a rank at an older generation and finds that rank held
+by another slot now (a frozen node thawed, a partition healed) exits ``FENCED`` (206) at
+once, touching neither the store's keys nor the checkpoints. A launcher that starts anew
+in a slot whose rank a spare took (its pod replaced) becomes a spare itself. Pure logic
+here; the store protocol is in ``kdist.runtime.spares`` and ``kdist.runtime.rendezvous``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kdist.shared import exitcodes
+from kdist.shared.errors import LaunchError
+
+MEMBERS = "kdist/members"  # "generation:slot,slot,..." (the slot holding each node rank)
+VACANT = "kdist/rdzv/vacant/"  # + rank: a survivor says that rank's node is lost
+ANY_VACANT = "kdist/rdzv/vacant"  # set with any of them: one key for the spares to poll
+CLAIM = "kdist/rdzv/claim/"  # + rank: ADD 1 by each claimant; the first (1) holds it
+SLOT = "kdist/rdzv/slot/"  # + rank: the slot that joined this rendezvous as that rank
+
+
+class Fenced(LaunchError):
+    """A newer generation gave this launcher's rank to another slot: exit at once."""
+
+    exit_code = exitcodes.FENCED
+
+
+@dataclass(frozen=True)
+class Members:
+    """Which slot holds each node rank, at a generation."""
+
+    generation: int
+    slots: tuple[int, ...]
+
+    @classmethod
+    def first(cls, nnodes: int) -> Members:
+        return cls(0, tuple(range(nnodes)))
+
+    def encode(self) -> bytes:
+        return f"{self.generation}:{','.join(map(str, self.slots))}".encode()
+
+    @classmethod
+    def decode(cls, raw: bytes, nnodes: int) -> Members | None:
+        """The record as stored, or None when it is not one of ``nnodes`` ranks."""
+        try:
+            gen, _, slots = raw.decode("ascii").partition(":")
+            parsed = tuple(int(s) for s in slots.split(","))
+            generation = int(gen)
+        except (UnicodeDecodeError, ValueError):
+            return None
+        if len(parsed) != nnodes or generation < 0 or min(parsed) < 0:
+            return None
+        return cls(generation, parsed)
+
+    def holder(self, rank: int) -> int:
+        return self.slots[rank]
+
+    def rank_of(self, slot: int) -> int | None:
+        """The rank ``slot`` holds, or None (a free spare)."""
+        return self.slots.index(slot) if slot in self.slots else None
+
+    def after(self, joined: dict[int, int]) -> Members:
+        """The members once the slots in ``joined`` (rank -> slot) met as those ranks: the
+        next generation where any rank changed hands, else this one."""
+        slots = tuple(joined.get(rank, slot) for rank, slot in enumerate(self.slots))
+        return self if slots == self.slots else Members(self.generation + 1, slots)
+
+
+def fenced(held: int | None, rank: int, slot: int, current: Members | None) -> bool:
+    """Whether a launcher in ``slot`` that held ``rank`` at generation ``held`` (None: it
+    held none yet, a fresh start) must stop: a newer generation gave the rank to another
+    slot."""
+    if held is None or current is None:
+        return False
+    return current.generation > held and current.holder(rank) != slot
+
+
+def start_role(slot: int, nnodes: int, current: Members | None) -> int | None:
+    """The rank a launcher starting anew in ``slot`` holds (None: it starts as a spare):
+    its own slot's rank unless a spare took it (then it is a spare: its pod was replaced);
+    a spare slot that took a rank holds it again (its container restarted in place)."""
+    if current is not None:
+        taken = current.rank_of(slot)
+        if taken is not None:
+            return taken
+        if slot < nnodes:
+            return None  # a spare holds this slot's rank now
+    return slot if slot < nnodes else None
+
+
+def fence_line(slot: int, rank: int, held: int, current: Members) -> str:
+    return (f"fenced: this pod (slot {slot}) held node rank {rank} at generation {held}; "
+            f"at generation {current.generation} slot {current.holder(rank)} holds it (a "
+            "spare took it while this node was lost): exiting without touching the job's "
+            "state or checkpoints")
+
+
+def took_line(slot: int, rank: int) -> str:
+    """The launcher's words (after "kdist.launch: ") when a spare takes a rank: `kdist
+    status` and the ledger read them (``kdist.shared.ledger.SPARE_TOOK``)."""
+    return f"spare in slot {slot} takes node rank {rank}"

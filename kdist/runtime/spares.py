@@ -1,0 +1,189 @@
+"""The store side of warm spares and fencing (``kdist.runtime.membership``), on node 0's port.
+
+Every call here runs only for a job with spares (``plan.spares``): a job without them
+speaks the rendezvous as before, key for key. Standard library only.
+
+- Node 0, leading a rendezvous (``lead_open``, ``lead_close``): writes the members it
+  knows and the ranks its own launcher found lost, then, once every rank joined, the
+  members as they met (the next generation where a spare took a rank), before ``GO``.
+- Every other launcher, joining (``join_check``): reads the members first (a newer
+  generation that gave its rank away fences it: ``Fenced``, before it writes a key), says
+  which ranks it found lost, and claims its rank (``CLAIM``: one claimant wins).
+- A spare (``wait_for_rank``): polls the port, holding no rank, until a rendezvous says a
+  rank is vacant and its claim wins; or the members say its slot holds a rank already (its
+  container restarted in place).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from kdist.runtime.membership import (
+    ANY_VACANT,
+    CLAIM,
+    MEMBERS,
+    SLOT,
+    VACANT,
+    Fenced,
+    Members,
+    fence_line,
+    fenced,
+)
+from kdist.runtime.plan import LaunchPlan
+from kdist.runtime.store import StoreClient
+from kdist.shared.errors import LaunchError
+
+POLL_S = 0.25
+# How long a launcher that held a rank waits for the members in the store it reaches: a
+# running gang's store (rank 0's) has them from node 0's first watchdog tick, seconds
+# after it is up; every store node 0's launcher serves has them from the start.
+MEMBERS_WAIT_S = 5.0
+
+
+class Taken(LaunchError):
+    """A launcher starting anew found its slot's rank held by a spare: it becomes one."""
+
+    exit_code = 1
+
+
+def current(store: Any, nnodes: int) -> Members | None:
+    """The members a store holds (a ``MiniStore``'s ``data`` or a client), or None."""
+    if isinstance(getattr(store, "data", None), dict):
+        raw = store.data.get(MEMBERS)
+    else:
+        raw = bytes(store.get(MEMBERS)) if store.check([MEMBERS]) else None
+    return None if raw is None else Members.decode(raw, nnodes)
+
+
+def superseded(client: Any, plan: LaunchPlan) -> str | None:
+    """Why this launcher is fenced, read from the store ``client`` reaches (None: it is
+    not, or the store does not say)."""
+    return _fence_why(current(client, plan.nnodes), plan)
+
+
+def _fence_why(now: Members | None, plan: LaunchPlan) -> str | None:
+    held = None if plan.members is None else plan.members.generation
+    if now is None or held is None or not fenced(held, plan.node_rank, plan.home_slot, now):
+        return None
+    return fence_line(plan.home_slot, plan.node_rank, held, now)
+
+
+def _wait_members(client: Any, plan: LaunchPlan) -> None:
+    """A launcher that held a rank: wait (``MEMBERS_WAIT_S``; TimeoutError) until the store
+    has the members, so that it is not told too early that it is not fenced."""
+    if plan.members is not None and not client.check([MEMBERS]):
+        client.wait([MEMBERS], timeout=MEMBERS_WAIT_S)
+
+
+def probe(plan: LaunchPlan) -> None:
+    """``Fenced`` when the store on node 0's port says this launcher is (one short try; a
+    store that does not answer says nothing: the rendezvous asks again)."""
+    try:
+        client = StoreClient(plan.master_addr, plan.master_port, timeout=2.0)
+    except OSError:
+        return
+    try:
+        _wait_members(client, plan)
+        why = superseded(client, plan)
+    except OSError:  # TimeoutError included
+        return
+    finally:
+        client.close()
+    if why is not None:
+        raise Fenced(why)
+
+
+def lead_open(server: Any, plan: LaunchPlan, lost: Iterable[int]) -> None:
+    """Node 0, a rendezvous begun: the members it knows, and the ranks it found lost."""
+    server.set(MEMBERS, (plan.members or Members.first(plan.nnodes)).encode())
+    say_vacant(server, lost)
+
+
+def lead_close(server: Any, plan: LaunchPlan) -> Members:
+    """Node 0, every rank joined: the members as they met, written before ``GO``."""
+    before = plan.members or Members.first(plan.nnodes)
+    joined = {}
+    for rank in range(1, plan.nnodes):
+        raw = server.data.get(f"{SLOT}{rank}")
+        if raw is not None and raw.isdigit():
+            joined[rank] = int(raw)
+    members = before.after(joined)
+    server.set(MEMBERS, members.encode())
+    return members
+
+
+def say_vacant(store: Any, lost: Iterable[int]) -> None:
+    ranks = [r for r in lost if r > 0]  # node 0 is the store: its loss is not a vacancy
+    for rank in ranks:
+        store.set(f"{VACANT}{rank}", b"1")
+    if ranks:
+        store.set(ANY_VACANT, b"1")
+
+
+def join_check(client: Any, plan: LaunchPlan, lost: Iterable[int]) -> None:
+    """A launcher joining as ``plan.node_rank``: fenced (``Fenced``), its slot's rank held
+    by a spare (``Taken``: it starts anew), or its claim on the rank made."""
+    rank, slot = plan.node_rank, plan.home_slot
+    held = None if plan.members is None else plan.members.generation
+    _wait_members(client, plan)  # TimeoutError: the rendezvous tries again
+    now = current(client, plan.nnodes)
+    why = _fence_why(now, plan)
+    if why is not None:
+        raise Fenced(why)
+    if held is None and now is not None and now.holder(rank) != slot:
+        raise Taken(f"slot {slot}'s node rank {rank} is held by slot {now.holder(rank)}")
+    say_vacant(client, lost)
+    if int(client.add(f"{CLAIM}{rank}", 1)) > 1:  # another claimant: unless it was this one
+        holder = bytes(client.get(f"{SLOT}{rank}")) if client.check([f"{SLOT}{rank}"]) else b""
+        if holder != str(slot).encode():
+            why = f"slot {holder.decode('ascii', 'replace') or '?'} claimed node rank {rank}"
+            if held is None:
+                raise Taken(why)
+            raise Fenced(f"fenced: {why} first in this rendezvous (this pod, slot {slot}, "
+                         "was lost): exiting without touching the job's state or checkpoints")
+    client.set(f"{SLOT}{rank}", str(slot).encode())
+
+
+def wait_for_rank(plan: LaunchPlan, say: Callable[[str], None],
+                  clock: Callable[[], float] = time.monotonic,
+                  sleep: Callable[[float], None] = time.sleep) -> tuple[int, Members]:
+    """A spare: wait, holding no rank, until it holds one; (that rank, the members it saw).
+    Its claim is made in the rendezvous it then joins (``join_check`` finds it its own)."""
+    where = f"{plan.master_addr}:{plan.master_port}"
+    say(f"spare in slot {plan.home_slot}: waiting at {where}, holding no rank")
+    client = None
+    while True:
+        try:
+            if client is None:
+                client = StoreClient(plan.master_addr, plan.master_port, timeout=5.0)
+            found = _vacancy(client, plan)
+            if found is not None:
+                client.close()
+                return found
+        except OSError:  # the store changed hands (a rendezvous began or ended): again
+            if client is not None:
+                client.close()
+            client = None
+        sleep(POLL_S)
+
+
+def _vacancy(client: Any, plan: LaunchPlan) -> tuple[int, Members] | None:
+    now = current(client, plan.nnodes)
+    if now is not None and (mine := now.rank_of(plan.home_slot)) is not None:
+        return mine, now  # restarted in place: it holds this rank already
+    if not client.check([ANY_VACANT]):
+        return None
+    for rank in range(1, plan.nnodes):
+        if client.check([f"{VACANT}{rank}"]) and int(client.add(f"{CLAIM}{rank}", 1)) == 1:
+            client.set(f"{SLOT}{rank}", str(plan.home_slot).encode())
+            return rank, now or Members.first(plan.nnodes)
+    return None
+
+
+def publish(store: Any, plan: LaunchPlan) -> None:
+    """Node 0: the members into a store it serves or reaches (rank 0's, the exit barrier's),
+    so that a launcher coming back finds whether it is fenced."""
+    if plan.spares and plan.node_rank == 0:
+        store.set(MEMBERS, (plan.members or Members.first(plan.nnodes)).encode())

@@ -1,0 +1,66 @@
+"""Warm spares (issue 54): the spec refuses them where they cannot serve, the Indexed Job
+runs nodes + spares pods and succeeds on nodes of them, a fenced pod is no failure."""
+
+from __future__ import annotations
+
+import pytest
+
+from kdist import backends
+from kdist.rendering import render
+from kdist.shared import exitcodes
+from kdist.shared.errors import SpecError
+from kdist.spec import validate_job
+
+from .helpers import spec_with
+
+WITH_SPARE = {"spec.distributed": {"spares": 1, "maxRestarts": 2}}
+
+
+def _job(**changes):
+    return validate_job(spec_with(**changes))
+
+
+# --- the spec ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("changes", "words"), [
+    ({"spec.backend": "jobset"}, "distributed.spares: not served on jobset yet"),
+    ({"spec.backend": "pytorchjob"}, "distributed.spares: not served on pytorchjob yet"),
+    ({"spec.nodes": 1}, "distributed.spares needs nodes >= 2"),
+    ({"spec.distributed": {"spares": 1}}, "distributed.spares needs maxRestarts >= 1"),
+    ({"spec.distributed": {"spares": 1, "maxRestarts": 1, "restartMode": "recreate"}},
+     "restart their workers in process"),
+])
+def test_spares_are_refused_where_they_cannot_serve_in_one_line(changes, words):
+    with pytest.raises(SpecError) as e:
+        _job(**{**WITH_SPARE, **changes})
+    assert words in str(e.value)
+    assert "\n" not in str(e.value).strip()
+
+
+def test_the_job_runs_nodes_plus_spares_pods_and_succeeds_on_nodes_of_them():
+    job, service = render(_job(**WITH_SPARE))
+    spec = job["spec"]
+    assert (spec["completions"], spec["parallelism"]) == (3, 3)
+    assert spec["successPolicy"] == {"rules": [{"succeededCount": 2}]}
+    rules = spec["podFailurePolicy"]["rules"]
+    ignored = [r for r in rules if r["action"] == "Ignore" and "onExitCodes" in r]
+    assert [r["onExitCodes"]["values"] for r in ignored] == [[exitcodes.FENCED]]
+    assert rules.index(ignored[0]) < [r["action"] for r in rules].index("FailJob")
+    env = {e["name"]: e.get("value") for e in
+           spec["template"]["spec"]["containers"][0]["env"]}
+    assert env["KDIST_SPARES"] == "1" and env["KDIST_NNODES"] == "2"
+    assert backends.of(job).nodes(job) == 2  # the watch counts node ranks, not spares
+
+
+def test_a_job_without_spares_renders_as_before():
+    job, _ = render(_job())
+    assert "successPolicy" not in job["spec"] and job["spec"]["completions"] == 2
+    rules = job["spec"]["podFailurePolicy"]["rules"]
+    assert all(exitcodes.FENCED not in r.get("onExitCodes", {}).get("values", []) for r in rules)
+
+
+def test_fenced_is_neither_a_failure_to_retry_nor_the_jobs_cause():
+    assert not exitcodes.is_retryable(exitcodes.FENCED)
+    assert exitcodes.severity(exitcodes.FENCED) > exitcodes.severity(exitcodes.PEER_LOST)
+    assert "fenced" in exitcodes.describe(exitcodes.FENCED)
