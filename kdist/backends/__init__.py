@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kdist.backends import indexed_job, jobset, pytorchjob
+from kdist.backends import indexed_job, jobset, pytorchjob, trainjob
 from kdist.backends.base import Backend
 from kdist.shared.errors import UsageError
 from kdist.shared.kind import Kind
@@ -20,6 +20,7 @@ BACKENDS: tuple[Backend, ...] = (
     indexed_job.BACKEND,
     pytorchjob.BACKEND,
     jobset.BACKEND,
+    trainjob.BACKEND,
 )
 NAMES: tuple[str, ...] = tuple(b.name for b in BACKENDS)
 DEFAULT = NAMES[0]
@@ -40,6 +41,13 @@ def get(name: str) -> Backend:
 def of_kind(kind: str) -> Backend | None:
     """The backend whose training object is of `kind` (None: not a training kind)."""
     return _BY_KIND.get(kind)
+
+
+def holding(kind: str) -> Backend | None:
+    """The backend whose rendered objects of `kind` hold its pod templates: the training
+    object's, or a kind it creates first (a TrainJob's TrainingRuntime)."""
+    return _BY_KIND.get(kind) or next(
+        (b for b in BACKENDS if any(k.kind == kind for k in b.created_first)), None)
 
 
 def of(obj: dict[str, Any]) -> Backend:

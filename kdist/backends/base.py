@@ -66,6 +66,14 @@ class Backend:
     #: Why spec.distributed.maxRestarts does not bound its restarts ("": it does); a spec
     #: warning then asks for spec.activeDeadlineSeconds.
     unbounded_restarts: ClassVar[str] = ""
+    #: What the kind cannot do that the others can, for `kdist check` and validate ("": none).
+    caveats: ClassVar[str] = ""
+    #: Kinds rendered after the training object that must exist before it (its controller
+    #: looks them up when it is created): created first, then owned by it.
+    created_first: ClassVar[tuple[Kind, ...]] = ()
+    #: Deleted in background propagation (its controller remakes what foreground deletes
+    #: first while the object still exists).
+    background_delete: ClassVar[bool] = False
     #: The named container port the rendezvous listens on.
     port_name: ClassVar[str] = "rendezvous"
     #: Terminal conditions (status "True") of the kind: type -> Succeeded | Failed.
