@@ -50,6 +50,16 @@ def holding(kind: str) -> Backend | None:
         (b for b in BACKENDS if any(k.kind == kind for k in b.created_first)), None)
 
 
+def creation_order(objects: list[dict[str, Any]]) -> list[int]:
+    """The places of rendered `objects` (the training object first) in the order they are
+    created or applied: what its backend's controller looks up when the training object is
+    created (`Backend.created_first`) before it, the rest as rendered."""
+    b = of_kind(str(objects[0].get("kind") or "")) if objects else None
+    first = {k.kind for k in b.created_first} if b is not None else set()
+    early = [i for i, o in enumerate(objects) if i and o.get("kind") in first]
+    return early + [i for i in range(len(objects)) if i not in early]
+
+
 def of(obj: dict[str, Any]) -> Backend:
     """The backend of a training object (a kind kdist does not make reads as an Indexed
     Job's: what the watch and tables did before they knew the kind)."""

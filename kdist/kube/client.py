@@ -196,9 +196,11 @@ class Cluster(Transport):
         """The training object named `name`, of the first training kind that has one."""
         for kind in self.training_kinds():
             try:
-                return self.get(kind, name, namespace)
+                obj = self.get(kind, name, namespace)
             except JobNotFound:
                 continue
+            if not owned.controlled(obj):  # else a part of a job of another kind
+                return obj
         looked = " nor ".join(f"a {k.kind}" for k in self.training_kinds())
         raise JobNotFound(f"no job {name} in namespace {namespace} (neither {looked})"
                           if " nor " in looked else f"no job {name} in namespace {namespace}")
@@ -290,6 +292,7 @@ class Cluster(Transport):
             except JobNotFound:
                 continue  # deleted meanwhile
         deleted += self._delete_unowned_configmaps(name, namespace)
+        deleted += self._delete_unowned_companions(name, namespace)
         for gang in sorted(gangs - {""}):
             deleted += self._delete_unowned_podgroup(gang, name, namespace)
         if not deleted:
@@ -306,7 +309,7 @@ class Cluster(Transport):
                 obj = self.get(kind, name, namespace)
             except (JobNotFound, OperatorMissing):
                 continue
-            if owned.is_kdists(kind, obj, name, namespace):
+            if not owned.controlled(obj) and owned.is_kdists(kind, obj, name, namespace):
                 found.append((kind, obj))
         return found
 
@@ -330,6 +333,26 @@ class Cluster(Transport):
                 deleted.append(f"{kinds.CONFIGMAP.ref}/{meta['name']}")
             except JobNotFound:
                 continue  # deleted meanwhile
+        return deleted
+
+    def _delete_unowned_companions(self, name: str, namespace: str) -> list[str]:
+        """What a training object is built from (`Backend.created_first`: a TrainJob's
+        TrainingRuntime) of job `name` that no object owns (applied with kubectl); an owned
+        one goes with its job, one that is not kdist's stays."""
+        from kdist.shared.errors import KdistError
+        from kdist.shared.labels import made_by_kdist
+
+        deleted = []
+        for kind in [k for b in backends.BACKENDS for k in b.created_first
+                     if b.kind in self.training_kinds()]:
+            try:
+                meta = self.get(kind, name, namespace)["metadata"]
+                if meta.get("ownerReferences") or not made_by_kdist({"metadata": meta}, name):
+                    continue
+                self.delete_object(kind, name, namespace, uid=meta.get("uid") or None)
+            except KdistError:  # none there (JobNotFound), or not this user's to read
+                continue
+            deleted.append(f"{kind.ref}/{name}")
         return deleted
 
     def _delete_unowned_podgroup(self, group: str, name: str, namespace: str) -> list[str]:
@@ -360,8 +383,10 @@ class Cluster(Transport):
                       uid: str | None = None) -> None:
         """Delete one named object, foreground (its dependents first); with `uid`, only if
         the object of that name still is that one (else a 409, a ClusterError)."""
+        b = backends.of_kind(kind.kind)
         self.request(Action("delete", kind.plural, namespace, name), "DELETE",
-                     kind.item(namespace, name), body=owned.delete_options(uid))
+                     kind.item(namespace, name),
+                     body=owned.delete_options(uid, b is not None and b.background_delete))
 
     def watch_lines(self, path: str, query: dict[str, Any], read_timeout: float,
                     action: Action) -> Iterator[str]:

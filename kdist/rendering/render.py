@@ -336,11 +336,13 @@ def _all_pod_templates(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def to_yaml(objects: list[dict[str, Any]]) -> str:
     """Multi-document YAML, byte-identical for identical input; PyYAML and kubectl
-    (sigs.k8s.io/yaml) read every string back as that string."""
-    return dump_objects(objects)
+    (sigs.k8s.io/yaml) read every string back as that string. In creation order
+    (`backends.creation_order`): `kubectl apply -f` makes them in the order given."""
+    return dump_objects([objects[i] for i in backends.creation_order(objects)])
 
 
 def to_json(objects: list[dict[str, Any]]) -> str:
-    """A kubectl-appliable v1 List."""
-    doc = {"apiVersion": "v1", "kind": "List", "items": objects}
+    """A kubectl-appliable v1 List, in creation order."""
+    doc = {"apiVersion": "v1", "kind": "List",
+           "items": [objects[i] for i in backends.creation_order(objects)]}
     return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"

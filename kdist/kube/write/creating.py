@@ -56,16 +56,18 @@ def create(cluster: Cluster, objects: list[dict[str, Any]], *,
     deleted and left."""
     from kdist.shared.signals import Interrupted, held
 
-    created: list[dict[str, Any]] = []
+    answers: dict[int, dict[str, Any]] = {}  # by place in `objects`
     made: list[owned.Made] = []  # what to undo, by kdist's own names
+    owner: owned.Made | None = None  # the training object (objects[0]), once made
     token = secrets.token_hex(8)
     with held() as pending:
         try:
-            for obj in objects:
+            for i in backends.creation_order(objects):
                 if pending.signum is not None:
                     break
+                obj = objects[i]
                 if not dry_run:
-                    obj = owned.sent_as(obj, made[0] if made else None, token)
+                    obj = owned.sent_as(obj, owner, token)
                 answer = _create_one(cluster, obj, dry_run, made)
                 done, malformed = owned.made(obj, answer, dry_run)
                 made.append(done)
@@ -77,7 +79,12 @@ def create(cluster: Cluster, objects: list[dict[str, Any]], *,
                         f"the API server at {cluster.server} answered the creation of "
                         f"{done.ref} in namespace {done.namespace} with {malformed}: a "
                         "malformed answer, not trusted")
-                created.append(answer)
+                answers[i] = answer
+                if i == 0:
+                    owner = done
+                    if not dry_run:  # what had to exist before it is its own now
+                        _own(cluster, [m for m in made if m is not done], done)
+            created = [answers[i] for i in sorted(answers)]
         except BaseException as e:
             if dry_run:
                 raise
@@ -93,6 +100,16 @@ def create(cluster: Cluster, objects: list[dict[str, Any]], *,
             undone, left = ([], []) if dry_run else undo(cluster, made)
             raise Interrupted(pending.signum, undone=undone, left=left)
     return created, cluster.take_warnings()
+
+
+def _own(cluster: Cluster, earlier: list[owned.Made], owner: owned.Made) -> None:
+    """Make what was created before the training object (`Backend.created_first`) owned
+    by it, as everything after it is: deleting the job removes them too."""
+    for m in earlier:
+        body = {"metadata": {"ownerReferences": [owned.owner_ref(owner)],
+                             **({"uid": m.uid} if m.uid else {})}}
+        cluster.request(Action("patch", m.kind.plural, m.namespace, m.name), "PATCH",
+                        m.kind.item(m.namespace, m.name), body=body)
 
 
 def _create_one(cluster: Cluster, obj: dict[str, Any], dry_run: bool,
