@@ -105,6 +105,7 @@ class FakeApi:
 
     kubeflow: bool = True  # serve kubeflow.org/v1 (the training operator is installed)
     jobset: bool = False  # serve jobset.x-k8s.io (JobSet is installed)
+    trainer: bool = False  # serve trainer.kubeflow.org (Kubeflow Trainer v2 is installed)
     kueue: bool = False  # serve kueue.x-k8s.io LocalQueues (Kueue is installed)
     podgroups: bool = False  # serve scheduling.k8s.io/v1beta1 PodGroups (GenericWorkload on)
     restart_rules: bool = True  # keep containers' restartPolicyRules (else dropped, as
@@ -368,6 +369,7 @@ class _Handler(BaseHTTPRequestHandler):
     @staticmethod
     def _absent(api: FakeApi) -> set[str]:
         return {g for g, on in (("jobset.x-k8s.io", api.jobset), ("kueue.x-k8s.io", api.kueue),
+                                ("trainer.kubeflow.org", api.trainer),
                                 ("scheduling.k8s.io", api.podgroups)) if not on}
 
     def _watch(self, api: FakeApi, query: Query, req: Request) -> None:
