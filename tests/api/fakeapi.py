@@ -351,6 +351,8 @@ class _Handler(BaseHTTPRequestHandler):
             return self._json(201, created)
         if route.shape == "item" and ns is not None and method == "GET":
             return self._json(200, store.get(plural, ns, route.name))
+        if route.shape == "item" and ns is not None and method == "PATCH":
+            return self._json(200, store.merge_patch(plural, ns, route.name, req.body))
         if route.shape == "item" and ns is not None and method == "DELETE":
             delete_hook = api.on_delete.pop(plural, None)
             if delete_hook is not None:

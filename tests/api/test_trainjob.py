@@ -1,0 +1,101 @@
+"""backend trainjob against the fake API (issue 57): the runtime is created before the
+TrainJob and owned by it after; delete goes in background and takes a runtime no object owns;
+a JobSet Trainer made for a TrainJob (named after it, controlled by it) is never the job."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from kdist.backends import jobset, trainjob
+from tests.api import objects
+from tests.api.fakeapi import FakeApi
+from tests.api.test_check import verdicts
+
+pytestmark = pytest.mark.timeout(60)
+FAKEAPI_OPTIONS = {"jobset": True, "trainer": True}
+
+NS = "/namespaces/default"
+TRAINJOBS = trainjob.TRAINJOB.collection("default")
+RUNTIMES = trainjob.TRAINING_RUNTIME.collection("default")
+JOBSETS = jobset.JOBSET.collection("default")
+
+
+@pytest.fixture
+def spec(tmp_path):
+    return objects.job_yaml(tmp_path / "job.yaml", backend="trainjob")
+
+
+def writes(out: Any) -> list[tuple[str, str]]:
+    return [(r.method, r.path) for r in out.requests if r.method in ("POST", "PATCH", "DELETE")
+            and r.query.get("dryRun") != "All"]
+
+
+def submitted(api: FakeApi, kdist: Any, spec: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    out = kdist("submit", "--no-wait", str(spec))
+    assert out.code == 0, out.describe()
+    assert writes(out) == [("POST", RUNTIMES), ("POST", TRAINJOBS),
+                           ("PATCH", f"{RUNTIMES}/demo")], out.describe()
+    job, runtime = (api.store.get_stored("trainjobs", "demo"),
+                    api.store.get_stored("trainingruntimes", "demo"))
+    assert job is not None and runtime is not None
+    assert "trainjob.trainer.kubeflow.org/demo created in namespace default" in out.stdout
+    return job, runtime
+
+
+def test_submit_creates_the_runtime_first_then_owns_it_by_the_trainjob(api, kdist, spec):
+    job, runtime = submitted(api, kdist, spec)
+    assert job["spec"]["runtimeRef"] == {"apiGroup": "trainer.kubeflow.org",
+                                         "kind": "TrainingRuntime", "name": "demo"}
+    assert runtime["metadata"]["ownerReferences"] == [
+        {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "name": "demo",
+         "uid": job["metadata"]["uid"], "blockOwnerDeletion": True}]
+
+
+def test_a_refused_trainjob_undoes_the_runtime(api, kdist, spec):
+    api.fail(422, method="POST", path="/trainjobs$")
+    out = kdist("submit", "--no-wait", str(spec))
+    assert out.code != 0, out.describe()
+    assert ("DELETE", f"{RUNTIMES}/demo") in writes(out), out.describe()
+    api.store.finish_deletions()  # the garbage collector's part
+    assert api.store.names("trainingruntimes") == [] and api.store.names("trainjobs") == []
+
+
+def test_delete_goes_in_background_and_skips_the_jobset_trainer_made(api, kdist, spec):
+    job, _ = submitted(api, kdist, spec)
+    # What Trainer makes: a JobSet named after the TrainJob, controlled by it, no kdist labels.
+    api.add({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+             "metadata": {"name": "demo", "namespace": "default", "ownerReferences": [
+                 {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+                  "name": "demo", "uid": job["metadata"]["uid"], "controller": True}]},
+             "spec": {"replicatedJobs": []}})
+    status = kdist("status", "demo")
+    assert status.code == 0 and "TrainJob default/demo" in status.stdout, status.describe()
+    out = kdist("delete", "demo")
+    assert out.code == 0, out.describe()
+    deletes = [r for r in out.requests if r.method == "DELETE"]
+    assert [r.path for r in deletes] == [f"{TRAINJOBS}/demo"], out.describe()
+    assert deletes[0].body["propagationPolicy"] == "Background"
+    assert api.store.names("trainjobs") == [] and api.store.names("trainingruntimes") == []
+
+
+def test_delete_takes_a_runtime_applied_with_kubectl(api, kdist, tmp_path):
+    """`kubectl apply -f` of the rendered objects: no ownerReference, found by its labels."""
+    from kdist.rendering import render
+    from kdist.spec import load_job
+
+    for obj in render(load_job(objects.job_yaml(tmp_path / "j.yaml", backend="trainjob"))):
+        api.add(dict(obj, metadata=dict(obj["metadata"], namespace="default")))
+    out = kdist("delete", "demo")
+    assert out.code == 0, out.describe()
+    assert {r.path for r in out.requests if r.method == "DELETE"} == {
+        f"{TRAINJOBS}/demo", f"{RUNTIMES}/demo"}, out.describe()
+    api.store.finish_deletions()
+    assert api.store.names("trainingruntimes") == []
+
+
+def test_check_says_what_trainer_cannot_do(api, kdist):
+    got = verdicts(kdist("check", "-o", "json"))
+    assert got["trainjob"]["status"] == "ok", got["trainjob"]
+    assert "never in place" in got["trainjob"]["detail"]
