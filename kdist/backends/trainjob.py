@@ -61,9 +61,10 @@ class TrainJobBackend(Backend):
     background_delete = True
     terminal = {"Complete": SUCCEEDED, "Failed": FAILED}
     rbac = [{"apiGroups": [GROUP], "resources": [TRAINJOB.plural], "verbs": [*TRAINING_VERBS]},
-            # Created before the TrainJob, then patched to be owned by it.
+            # Created before the TrainJob, then patched to be owned by it; `kdist delete`
+            # waits until it is gone too.
             {"apiGroups": [GROUP], "resources": [TRAINING_RUNTIME.plural],
-             "verbs": ["create", "get", "patch", "delete"]}]
+             "verbs": ["create", "get", "list", "watch", "patch", "delete"]}]
     shape = {"spec": {"runtimeRef": {"name": str, "kind": str}, "trainer": dict},
              "status": {"conditions": CONDITIONS, "jobsStatus": [dict]}}
 

@@ -335,41 +335,37 @@ class Cluster(Transport):
                 continue  # deleted meanwhile
         return deleted
 
+    def companion_kinds(self) -> list[kinds.Kind]:
+        """What the served training kinds are built from (`Backend.created_first`)."""
+        served = self.training_kinds()
+        return [k for b in backends.BACKENDS if b.kind in served for k in b.created_first]
+
     def _delete_unowned_companions(self, name: str, namespace: str) -> list[str]:
-        """What a training object is built from (`Backend.created_first`: a TrainJob's
-        TrainingRuntime) of job `name` that no object owns (applied with kubectl); an owned
-        one goes with its job, one that is not kdist's stays."""
-        from kdist.shared.errors import KdistError
-        from kdist.shared.labels import made_by_kdist
+        """What job `name`'s training object is built from (a TrainJob's TrainingRuntime) when
+        no object owns it (applied with kubectl; an owned one goes with its job)."""
+        return [ref for kind in self.companion_kinds()
+                for ref in self._delete_unowned(kind, name, name, namespace)]
 
-        deleted = []
-        for kind in [k for b in backends.BACKENDS for k in b.created_first
-                     if b.kind in self.training_kinds()]:
-            try:
-                meta = self.get(kind, name, namespace)["metadata"]
-                if meta.get("ownerReferences") or not made_by_kdist({"metadata": meta}, name):
-                    continue
-                self.delete_object(kind, name, namespace, uid=meta.get("uid") or None)
-            except KdistError:  # none there (JobNotFound), or not this user's to read
-                continue
-            deleted.append(f"{kind.ref}/{name}")
-        return deleted
-
-    def _delete_unowned_podgroup(self, group: str, name: str, namespace: str) -> list[str]:
-        """The PodGroup `group` of job `name`'s native gang when no object owns it (a rendered
-        job applied with kubectl; an owned one goes with its job). One that is not job
+    def _delete_unowned(self, kind: kinds.Kind, obj_name: str, name: str,
+                        namespace: str) -> list[str]:
+        """The `kind` `obj_name` of job `name` when no object owns it. One that is not job
         `name`'s (by kdist's labels), or that this user cannot read, stays."""
         from kdist.shared.errors import KdistError
         from kdist.shared.labels import made_by_kdist
 
         try:
-            meta = self.get(kinds.PODGROUP, group, namespace)["metadata"]
+            meta = self.get(kind, obj_name, namespace)["metadata"]
             if meta.get("ownerReferences") or not made_by_kdist({"metadata": meta}, name):
                 return []
-            self.delete_object(kinds.PODGROUP, group, namespace, uid=meta.get("uid") or None)
+            self.delete_object(kind, obj_name, namespace, uid=meta.get("uid") or None)
         except KdistError:  # none there (JobNotFound), or not this user's to read
             return []
-        return [f"{kinds.PODGROUP.ref}/{group}"]
+        return [f"{kind.ref}/{obj_name}"]
+
+    def _delete_unowned_podgroup(self, group: str, name: str, namespace: str) -> list[str]:
+        """The PodGroup `group` of job `name`'s native gang when no object owns it (a rendered
+        job applied with kubectl; an owned one goes with its job)."""
+        return self._delete_unowned(kinds.PODGROUP, group, name, namespace)
 
     def annotate(self, obj: dict[str, Any], annotations: dict[str, str]) -> None:
         """Set `annotations` on `obj` (a JSON merge patch), if it still is that object."""
