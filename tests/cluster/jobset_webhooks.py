@@ -75,7 +75,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     kustomization = yaml.safe_load((args.webhook_dir / "kustomization.yaml").read_text())
     apply_patches(docs, kustomization, args.webhook_dir)
-    yaml.safe_dump_all(rewrite(docs, args.url, args.ca.read_bytes(), args.prefix), sys.stdout, sort_keys=False)
+    docs = rewrite(docs, args.url, args.ca.read_bytes(), args.prefix)
+    yaml.safe_dump_all(docs, sys.stdout, sort_keys=False)
     return 0
 
 
