@@ -99,3 +99,12 @@ def test_check_says_what_trainer_cannot_do(api, kdist):
     got = verdicts(kdist("check", "-o", "json"))
     assert got["trainjob"]["status"] == "ok", got["trainjob"]
     assert "never in place" in got["trainjob"]["detail"]
+
+
+def test_check_reviews_no_trainer_access_where_trainer_is_not_served(api, kdist):
+    from tests.api.test_check import serve
+
+    serve(api, trainer=False)
+    got = verdicts(kdist("check", "-o", "json"))
+    assert got["trainjob"]["status"] == "not served", got["trainjob"]
+    assert not [name for name in got if "trainer.kubeflow.org" in name], sorted(got)
