@@ -71,6 +71,10 @@ class Backend:
     #: Kinds rendered after the training object that must exist before it (its controller
     #: looks them up when it is created): created first, then owned by it.
     created_first: ClassVar[tuple[Kind, ...]] = ()
+    #: Words of its admission webhook's refusal of the training object while what was
+    #: created first has not reached its controller's cache: that create is tried again
+    #: (a server-side dry run cannot pass it, nothing being stored; it is skipped, said).
+    settling: ClassVar[str] = ""
     #: Deleted in background propagation (its controller remakes what foreground deletes
     #: first while the object still exists).
     background_delete: ClassVar[bool] = False

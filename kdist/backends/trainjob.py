@@ -58,6 +58,8 @@ class TrainJobBackend(Backend):
     caveats = ("restarts recreate the gang (never in place); no native gang (a Kueue queue "
                "admits a TrainJob whole)")
     created_first = (TRAINING_RUNTIME,)
+    # Trainer's webhook reads the runtime from its informer's cache.
+    settling = "must be created before the TrainJob is created"
     background_delete = True
     terminal = {"Complete": SUCCEEDED, "Failed": FAILED}
     rbac = [{"apiGroups": [GROUP], "resources": [TRAINJOB.plural], "verbs": [*TRAINING_VERBS]},

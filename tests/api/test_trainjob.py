@@ -108,3 +108,36 @@ def test_check_reviews_no_trainer_access_where_trainer_is_not_served(api, kdist)
     got = verdicts(kdist("check", "-o", "json"))
     assert got["trainjob"]["status"] == "not served", got["trainjob"]
     assert not [name for name in got if "trainer.kubeflow.org" in name], sorted(got)
+
+
+SETTLING = ('admission webhook "validator.trainjob.trainer.kubeflow.org" denied the request: '
+            'spec.runtimeRef: Invalid value: ...: trainingruntimes.trainer.kubeflow.org "demo" '
+            'not found: specified trainingRuntime must be created before the TrainJob is created')
+
+
+def test_a_trainjob_refused_while_trainer_has_not_seen_its_runtime_is_sent_again(
+        api, kdist, spec):
+    """Trainer's webhook reads the runtime from its informer's cache, a moment behind."""
+    api.fail(403, message=SETTLING, method="POST", path="/trainjobs$", times=2)
+    out = kdist("submit", "--no-wait", str(spec))
+    assert out.code == 0, out.describe()
+    posts = [r for r in out.requests if r.method == "POST" and r.path == TRAINJOBS]
+    assert len(posts) == 3, out.describe()
+    assert api.store.get_stored("trainjobs", "demo") is not None
+
+
+def test_a_server_dry_run_says_the_trainjob_was_not_checked(api, kdist, spec):
+    """A dry run stores no runtime, so Trainer's webhook cannot pass the TrainJob."""
+    api.fail(403, message=SETTLING, method="POST", path="/trainjobs$")
+    out = kdist("submit", "--dry-run=server", str(spec))
+    assert out.code == 0, out.describe()
+    assert "trainjob.trainer.kubeflow.org/demo: not checked by the server" in out.stderr, \
+        out.describe()
+    assert api.store.names("trainjobs") == [] and api.store.names("trainingruntimes") == []
+
+
+def test_another_refusal_of_the_trainjob_is_not_retried(api, kdist, spec):
+    api.fail(403, message="no trainjobs for you", method="POST", path="/trainjobs$")
+    out = kdist("submit", "--no-wait", str(spec))
+    assert out.code == 3, out.describe()
+    assert len([r for r in out.requests if r.method == "POST" and r.path == TRAINJOBS]) == 1
