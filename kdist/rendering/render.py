@@ -283,7 +283,7 @@ def _check_code(job: TrainingJob, objects: list[dict[str, Any]],
         if meta.get("namespace") != job.metadata.namespace or any(
                 meta["labels"].get(k) != v for k, v in job.metadata.labels.items()):
             raise RenderError(f"ConfigMap {meta['name']} differs from the job's namespace/labels")
-    for template in _all_pod_templates(objects):
+    for template in pod_templates_of(objects):
         volumes = {v["name"]: v for v in template["spec"].get("volumes") or []}
         code = volumes.get(CODE_VOLUME)
         mounted = [s["configMap"]["name"] for s in code["projected"]["sources"]] if code else []
@@ -303,7 +303,7 @@ def _check(job: TrainingJob, objects: list[dict[str, Any]], ctx: dict[str, Any])
         if any(meta["labels"].get(k) != v for k, v in job.metadata.labels.items()):
             raise RenderError(f"{obj['kind']} labels differ from the spec's")
     pod_ctx = ctx["pod_spec"]
-    templates = _all_pod_templates(objects)
+    templates = pod_templates_of(objects)
     if not templates:
         raise RenderError(f"rendered {want_kinds} without a pod template")
     for template in templates:
@@ -327,9 +327,9 @@ def _pod_templates(obj: dict[str, Any]) -> list[dict[str, Any]]:
     return backend.pod_templates(obj)
 
 
-def _all_pod_templates(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Every pod template rendered: the training object's, and those of what it is built
-    from (a TrainJob's runtime)."""
+def pod_templates_of(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every pod template of rendered `objects`: the training object's, and those of what it
+    is built from (a TrainJob's runtime)."""
     return [t for obj in objects if backends.holding(obj["kind"]) is not None
             for t in _pod_templates(obj)]
 
