@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kdist.backends import indexed_job, jobset, pytorchjob
+from kdist.backends import indexed_job, jobset, pytorchjob, trainjob
 from kdist.backends.base import Backend
 from kdist.shared.errors import UsageError
 from kdist.shared.kind import Kind
@@ -20,6 +20,7 @@ BACKENDS: tuple[Backend, ...] = (
     indexed_job.BACKEND,
     pytorchjob.BACKEND,
     jobset.BACKEND,
+    trainjob.BACKEND,
 )
 NAMES: tuple[str, ...] = tuple(b.name for b in BACKENDS)
 DEFAULT = NAMES[0]
@@ -40,6 +41,23 @@ def get(name: str) -> Backend:
 def of_kind(kind: str) -> Backend | None:
     """The backend whose training object is of `kind` (None: not a training kind)."""
     return _BY_KIND.get(kind)
+
+
+def holding(kind: str) -> Backend | None:
+    """The backend whose rendered objects of `kind` hold its pod templates: the training
+    object's, or a kind it creates first (a TrainJob's TrainingRuntime)."""
+    return _BY_KIND.get(kind) or next(
+        (b for b in BACKENDS if any(k.kind == kind for k in b.created_first)), None)
+
+
+def creation_order(objects: list[dict[str, Any]]) -> list[int]:
+    """The places of rendered `objects` (the training object first) in the order they are
+    created or applied: what its backend's controller looks up when the training object is
+    created (`Backend.created_first`) before it, the rest as rendered."""
+    b = of_kind(str(objects[0].get("kind") or "")) if objects else None
+    first = {k.kind for k in b.created_first} if b is not None else set()
+    early = [i for i, o in enumerate(objects) if i and o.get("kind") in first]
+    return early + [i for i in range(len(objects)) if i not in early]
 
 
 def of(obj: dict[str, Any]) -> Backend:

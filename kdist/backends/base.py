@@ -66,6 +66,18 @@ class Backend:
     #: Why spec.distributed.maxRestarts does not bound its restarts ("": it does); a spec
     #: warning then asks for spec.activeDeadlineSeconds.
     unbounded_restarts: ClassVar[str] = ""
+    #: What the kind cannot do that the others can, for `kdist check` and validate ("": none).
+    caveats: ClassVar[str] = ""
+    #: Kinds rendered after the training object that must exist before it (its controller
+    #: looks them up when it is created): created first, then owned by it.
+    created_first: ClassVar[tuple[Kind, ...]] = ()
+    #: Words of its admission webhook's refusal of the training object while what was
+    #: created first has not reached its controller's cache: that create is tried again
+    #: (a server-side dry run cannot pass it, nothing being stored; it is skipped, said).
+    settling: ClassVar[str] = ""
+    #: Deleted in background propagation (its controller remakes what foreground deletes
+    #: first while the object still exists).
+    background_delete: ClassVar[bool] = False
     #: The named container port the rendezvous listens on.
     port_name: ClassVar[str] = "rendezvous"
     #: Terminal conditions (status "True") of the kind: type -> Succeeded | Failed.

@@ -196,9 +196,11 @@ class Cluster(Transport):
         """The training object named `name`, of the first training kind that has one."""
         for kind in self.training_kinds():
             try:
-                return self.get(kind, name, namespace)
+                obj = self.get(kind, name, namespace)
             except JobNotFound:
                 continue
+            if not owned.controlled(obj):  # else a part of a job of another kind
+                return obj
         looked = " nor ".join(f"a {k.kind}" for k in self.training_kinds())
         raise JobNotFound(f"no job {name} in namespace {namespace} (neither {looked})"
                           if " nor " in looked else f"no job {name} in namespace {namespace}")
@@ -290,6 +292,7 @@ class Cluster(Transport):
             except JobNotFound:
                 continue  # deleted meanwhile
         deleted += self._delete_unowned_configmaps(name, namespace)
+        deleted += self._delete_unowned_companions(name, namespace)
         for gang in sorted(gangs - {""}):
             deleted += self._delete_unowned_podgroup(gang, name, namespace)
         if not deleted:
@@ -306,7 +309,7 @@ class Cluster(Transport):
                 obj = self.get(kind, name, namespace)
             except (JobNotFound, OperatorMissing):
                 continue
-            if owned.is_kdists(kind, obj, name, namespace):
+            if not owned.controlled(obj) and owned.is_kdists(kind, obj, name, namespace):
                 found.append((kind, obj))
         return found
 
@@ -332,21 +335,37 @@ class Cluster(Transport):
                 continue  # deleted meanwhile
         return deleted
 
-    def _delete_unowned_podgroup(self, group: str, name: str, namespace: str) -> list[str]:
-        """The PodGroup `group` of job `name`'s native gang when no object owns it (a rendered
-        job applied with kubectl; an owned one goes with its job). One that is not job
+    def companion_kinds(self) -> list[kinds.Kind]:
+        """What the served training kinds are built from (`Backend.created_first`)."""
+        served = self.training_kinds()
+        return [k for b in backends.BACKENDS if b.kind in served for k in b.created_first]
+
+    def _delete_unowned_companions(self, name: str, namespace: str) -> list[str]:
+        """What job `name`'s training object is built from (a TrainJob's TrainingRuntime) when
+        no object owns it (applied with kubectl; an owned one goes with its job)."""
+        return [ref for kind in self.companion_kinds()
+                for ref in self._delete_unowned(kind, name, name, namespace)]
+
+    def _delete_unowned(self, kind: kinds.Kind, obj_name: str, name: str,
+                        namespace: str) -> list[str]:
+        """The `kind` `obj_name` of job `name` when no object owns it. One that is not job
         `name`'s (by kdist's labels), or that this user cannot read, stays."""
         from kdist.shared.errors import KdistError
         from kdist.shared.labels import made_by_kdist
 
         try:
-            meta = self.get(kinds.PODGROUP, group, namespace)["metadata"]
+            meta = self.get(kind, obj_name, namespace)["metadata"]
             if meta.get("ownerReferences") or not made_by_kdist({"metadata": meta}, name):
                 return []
-            self.delete_object(kinds.PODGROUP, group, namespace, uid=meta.get("uid") or None)
+            self.delete_object(kind, obj_name, namespace, uid=meta.get("uid") or None)
         except KdistError:  # none there (JobNotFound), or not this user's to read
             return []
-        return [f"{kinds.PODGROUP.ref}/{group}"]
+        return [f"{kind.ref}/{obj_name}"]
+
+    def _delete_unowned_podgroup(self, group: str, name: str, namespace: str) -> list[str]:
+        """The PodGroup `group` of job `name`'s native gang when no object owns it (a rendered
+        job applied with kubectl; an owned one goes with its job)."""
+        return self._delete_unowned(kinds.PODGROUP, group, name, namespace)
 
     def annotate(self, obj: dict[str, Any], annotations: dict[str, str]) -> None:
         """Set `annotations` on `obj` (a JSON merge patch), if it still is that object."""
@@ -360,8 +379,10 @@ class Cluster(Transport):
                       uid: str | None = None) -> None:
         """Delete one named object, foreground (its dependents first); with `uid`, only if
         the object of that name still is that one (else a 409, a ClusterError)."""
+        b = backends.of_kind(kind.kind)
         self.request(Action("delete", kind.plural, namespace, name), "DELETE",
-                     kind.item(namespace, name), body=owned.delete_options(uid))
+                     kind.item(namespace, name),
+                     body=owned.delete_options(uid, b is not None and b.background_delete))
 
     def watch_lines(self, path: str, query: dict[str, Any], read_timeout: float,
                     action: Action) -> Iterator[str]:

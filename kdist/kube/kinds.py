@@ -28,7 +28,9 @@ ENDPOINTSLICE = Kind("EndpointSlice", "discovery.k8s.io/v1", "endpointslices",
 
 #: The training objects, in the order a name is looked up.
 TRAINING: tuple[Kind, ...] = backends.KINDS
-BY_KIND = {k.kind: k for k in (*TRAINING, SERVICE, CONFIGMAP, POD, ENDPOINTSLICE,
+#: What a training object is built from, created before it (a TrainJob's TrainingRuntime).
+COMPANIONS: tuple[Kind, ...] = tuple(k for b in backends.BACKENDS for k in b.created_first)
+BY_KIND = {k.kind: k for k in (*TRAINING, *COMPANIONS, SERVICE, CONFIGMAP, POD, ENDPOINTSLICE,
                                 WORKLOAD, PODGROUP)}
 
 

@@ -91,7 +91,9 @@ def render(job: TrainingJob, code: Packed | None = None,
     objects = [_render_one(name, ctx) for name in backends.get(job.spec.backend).templates]
     _check(job, objects, ctx)
     _check_code(job, objects, configmaps)
-    _apply_overlay(job, objects[0])
+    for obj in objects:
+        if backends.holding(obj["kind"]) is not None:
+            _apply_overlay(job, obj)
     shipped = [] if runtime is None else [runtime_ship.configmap(
         job.metadata.name, job.metadata.namespace, runtime, object_labels(job, "runtime"))]
     return objects + configmaps + shipped + podgroups
@@ -284,7 +286,7 @@ def _check_code(job: TrainingJob, objects: list[dict[str, Any]],
         if meta.get("namespace") != job.metadata.namespace or any(
                 meta["labels"].get(k) != v for k, v in job.metadata.labels.items()):
             raise RenderError(f"ConfigMap {meta['name']} differs from the job's namespace/labels")
-    for template in _pod_templates(objects[0]):
+    for template in pod_templates_of(objects):
         volumes = {v["name"]: v for v in template["spec"].get("volumes") or []}
         code = volumes.get(CODE_VOLUME)
         mounted = [s["configMap"]["name"] for s in code["projected"]["sources"]] if code else []
@@ -304,7 +306,10 @@ def _check(job: TrainingJob, objects: list[dict[str, Any]], ctx: dict[str, Any])
         if any(meta["labels"].get(k) != v for k, v in job.metadata.labels.items()):
             raise RenderError(f"{obj['kind']} labels differ from the spec's")
     pod_ctx = ctx["pod_spec"]
-    for template in _pod_templates(objects[0]):
+    templates = pod_templates_of(objects)
+    if not templates:
+        raise RenderError(f"rendered {want_kinds} without a pod template")
+    for template in templates:
         if template["metadata"]["labels"] != pod_ctx["labels"]:
             raise RenderError("pod labels differ from what was rendered")
         (container,) = template["spec"]["containers"]
@@ -319,19 +324,28 @@ def _check(job: TrainingJob, objects: list[dict[str, Any]], ctx: dict[str, Any])
 
 
 def _pod_templates(obj: dict[str, Any]) -> list[dict[str, Any]]:
-    backend = backends.of_kind(obj["kind"])
+    backend = backends.holding(obj["kind"])
     if backend is None:
         raise RenderError(f"rendered a {obj['kind']}, not a training object")
     return backend.pod_templates(obj)
 
 
+def pod_templates_of(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every pod template of rendered `objects`: the training object's, and those of what it
+    is built from (a TrainJob's runtime)."""
+    return [t for obj in objects if backends.holding(obj["kind"]) is not None
+            for t in _pod_templates(obj)]
+
+
 def to_yaml(objects: list[dict[str, Any]]) -> str:
     """Multi-document YAML, byte-identical for identical input; PyYAML and kubectl
-    (sigs.k8s.io/yaml) read every string back as that string."""
-    return dump_objects(objects)
+    (sigs.k8s.io/yaml) read every string back as that string. In creation order
+    (`backends.creation_order`): `kubectl apply -f` makes them in the order given."""
+    return dump_objects([objects[i] for i in backends.creation_order(objects)])
 
 
 def to_json(objects: list[dict[str, Any]]) -> str:
-    """A kubectl-appliable v1 List."""
-    doc = {"apiVersion": "v1", "kind": "List", "items": objects}
+    """A kubectl-appliable v1 List, in creation order."""
+    doc = {"apiVersion": "v1", "kind": "List",
+           "items": [objects[i] for i in backends.creation_order(objects)]}
     return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"

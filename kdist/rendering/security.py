@@ -146,7 +146,7 @@ def assess(objects: list[dict[str, Any]], version: tuple[int, int] = TARGET) -> 
 
 def _pods(objects: list[dict[str, Any]]) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
     for obj in objects:
-        backend = backends.of_kind(obj.get("kind", ""))
+        backend = backends.holding(obj.get("kind", ""))
         if backend is None:
             continue
         for t in backend.pod_templates(obj):

@@ -42,6 +42,9 @@ def advice(job: TrainingJob, *, local: bool = False) -> list[str]:
     if s.distributed.max_restarts and ephemeral:
         out.append("spec.checkpoint.volume: an emptyDir is new with every pod, so a restarted "
                    "job starts from step 0; use a persistentVolumeClaim every pod mounts")
+    caveats = backends.get(s.backend).caveats
+    if caveats:  # what the spec's auto fields cannot become there
+        out.append(f"spec.backend: {s.backend}: {caveats}")
     unbounded = backends.get(s.backend).unbounded_restarts
     if unbounded and s.distributed.max_restarts and not s.active_deadline_seconds:
         out.append(f"spec.distributed.maxRestarts: {unbounded}; set "

@@ -105,6 +105,7 @@ class FakeApi:
 
     kubeflow: bool = True  # serve kubeflow.org/v1 (the training operator is installed)
     jobset: bool = False  # serve jobset.x-k8s.io (JobSet is installed)
+    trainer: bool = False  # serve trainer.kubeflow.org (Kubeflow Trainer v2 is installed)
     kueue: bool = False  # serve kueue.x-k8s.io LocalQueues (Kueue is installed)
     podgroups: bool = False  # serve scheduling.k8s.io/v1beta1 PodGroups (GenericWorkload on)
     restart_rules: bool = True  # keep containers' restartPolicyRules (else dropped, as
@@ -350,6 +351,8 @@ class _Handler(BaseHTTPRequestHandler):
             return self._json(201, created)
         if route.shape == "item" and ns is not None and method == "GET":
             return self._json(200, store.get(plural, ns, route.name))
+        if route.shape == "item" and ns is not None and method == "PATCH":
+            return self._json(200, store.merge_patch(plural, ns, route.name, req.body))
         if route.shape == "item" and ns is not None and method == "DELETE":
             delete_hook = api.on_delete.pop(plural, None)
             if delete_hook is not None:
@@ -368,6 +371,7 @@ class _Handler(BaseHTTPRequestHandler):
     @staticmethod
     def _absent(api: FakeApi) -> set[str]:
         return {g for g, on in (("jobset.x-k8s.io", api.jobset), ("kueue.x-k8s.io", api.kueue),
+                                ("trainer.kubeflow.org", api.trainer),
                                 ("scheduling.k8s.io", api.podgroups)) if not on}
 
     def _watch(self, api: FakeApi, query: Query, req: Request) -> None:

@@ -12,6 +12,8 @@ import re
 from dataclasses import dataclass
 from urllib.parse import unquote
 
+from kdist import backends
+
 # The resources the fake server knows: plural -> (apiVersion, kind).
 RESOURCES: dict[str, tuple[str, str]] = {
     "jobs": ("batch/v1", "Job"),
@@ -26,6 +28,10 @@ RESOURCES: dict[str, tuple[str, str]] = {
     "localqueues": ("kueue.x-k8s.io/v1beta2", "LocalQueue"),
     "podgroups": ("scheduling.k8s.io/v1beta1", "PodGroup"),
 }
+# Every training kind the registry has, and what each is built from (a TrainJob's
+# TrainingRuntime), from the registry itself: a new backend's kinds are served here too.
+RESOURCES.update({k.plural: (k.api_version, k.kind) for b in backends.BACKENDS
+                  for k in (b.kind, *b.created_first) if k.plural not in RESOURCES})
 # Reviews: created, answered, never stored (cluster-scoped, so no namespace in the URL).
 REVIEWS: dict[str, tuple[str, str]] = {
     "selfsubjectaccessreviews": ("authorization.k8s.io/v1", "SelfSubjectAccessReview"),

@@ -263,6 +263,20 @@ class Store:
                 self._remove(dep)  # background: the garbage collector takes them at once
             return copy.deepcopy(obj)
 
+    def merge_patch(self, plural: str, namespace: str, name: str, body: Any) -> dict[str, Any]:
+        """A JSON merge patch (RFC 7396) of one object; a metadata.uid in it that is not the
+        object's is a 409, as kube-apiserver answers."""
+        key = (plural, namespace, name)
+        with self.cond:
+            obj = self.objects.get(key)
+            if obj is None:
+                raise ApiStatus(not_found(plural, name))
+            uid = ((body or {}).get("metadata") or {}).get("uid")
+            if uid is not None and uid != obj["metadata"]["uid"]:
+                raise ApiStatus(status_body(409, "Conflict", f"Precondition failed: UID in "
+                                            f"precondition: {uid}", name=name, kind=plural))
+            return copy.deepcopy(self._put(plural, _merged(obj, body), "MODIFIED"))
+
     def delete_collection(self, query: Query) -> dict[str, Any]:
         """DELETE on a collection URL: every matching object goes (deletecollection)."""
         api_version, kind = RESOURCES[query.plural]
@@ -363,3 +377,16 @@ class Store:
         self.events.append(Event(int(obj["metadata"]["resourceVersion"]), kind, key,
                                  copy.deepcopy(obj)))
         self.cond.notify_all()
+
+
+def _merged(target: Any, patch: Any) -> Any:
+    """RFC 7396: objects merge key by key, null removes, anything else replaces."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    out = dict(target) if isinstance(target, dict) else {}
+    for k, v in patch.items():
+        if v is None:
+            out.pop(k, None)
+        else:
+            out[k] = _merged(out.get(k), v)
+    return out

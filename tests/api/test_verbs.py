@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from kdist import backends
 from tests.api import objects
 from tests.api.checks import assert_calls, error_line
 from tests.api.fakeapi import FakeApi
@@ -24,7 +25,8 @@ CONFIGMAPS = f"/api/v1{NS}/configmaps"
 KUBEFLOW = "/apis/kubeflow.org/v1"  # discovery: is the training operator there?
 JOBSET = "/apis/jobset.x-k8s.io/v1alpha2"  # ... and the JobSet controller?
 #: Discovery of every operated backend's kind, in the registry's order (kdist.backends).
-DISCOVERY = [("GET", KUBEFLOW), ("GET", JOBSET)]
+DISCOVERY = [("GET", b.kind.discovery()) for b in backends.BACKENDS if b.installs]
+assert DISCOVERY[:2] == [("GET", KUBEFLOW), ("GET", JOBSET)]
 # discovery before a submission: does the cluster serve PodGroups (distributed.gang auto)?
 GANG = ("GET", "/apis/scheduling.k8s.io/v1beta1")
 # A submit asks kdist check's restart-rules probe (a dry-run pod) before it renders.

@@ -2,7 +2,7 @@
 # Builds (once, cached by version) every Go component of the test cluster:
 # kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kubectl,
 # etcd, CoreDNS, the Kubeflow training operator, Kueue, the JobSet controller,
-# crictl and kdist-initwait.
+# Kubeflow Trainer v2, crictl and kdist-initwait.
 # Idempotent: a binary that already exists for the pinned version is not
 # rebuilt. Usage: build.sh [COMPONENT...]   (default: all of them)
 set -euo pipefail
@@ -111,6 +111,28 @@ build_jobset() {
   mv "$out.tmp" "$out"
 }
 
+# Kubeflow Trainer v2 (github.com/kubeflow/trainer/v2, TRAINER_VERSION): its
+# controller manager, cmd/trainer-controller-manager. Built like the JobSet
+# controller (go get: go 1.26.0, no replace directives; it builds on JobSet v0.12.0,
+# the version this cluster runs).
+build_trainer() {
+  local module=github.com/kubeflow/trainer/v2 out=$BIN/trainer-$TRAINER_VERSION
+  local pkg=github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager
+  [[ -x $out ]] && { log "trainer $TRAINER_VERSION cached"; return; }
+  log "building trainer $TRAINER_VERSION"
+  local dir=$CACHE/src/trainer
+  mkdir -p "$dir"
+  (
+    cd "$dir"
+    printf 'module kdist.local/trainer\n\ngo 1.24\n' > go.mod
+    printf '//go:build tools\n\npackage tools\n\nimport _ "%s"\n' "$pkg" > tools.go
+    go get "$module@$TRAINER_VERSION" >/dev/null
+    go mod tidy -e >/dev/null 2>&1 || true
+    go build -trimpath -ldflags "-s -w" -o "$out.tmp" "$pkg"
+  )
+  mv "$out.tmp" "$out"
+}
+
 build_simple() {  # build_simple NAME MODULE VERSION PACKAGE
   local name=$1 module=$2 version=$3 pkg=$4
   local out=$BIN/$name-$version
@@ -128,7 +150,7 @@ build_simple() {  # build_simple NAME MODULE VERSION PACKAGE
   mv "$out.tmp" "$out"
 }
 
-want=${*:-etcd coredns operator kueue jobset crictl initwait kubernetes}
+want=${*:-etcd coredns operator kueue jobset trainer crictl initwait kubernetes}
 for what in $want; do
   case $what in
     kubernetes) build_kubernetes ;;
@@ -138,6 +160,7 @@ for what in $want; do
       github.com/kubeflow/training-operator/cmd/training-operator.v1 ;;
     kueue) build_kueue ;;
     jobset) build_jobset ;;
+    trainer) build_trainer ;;
     crictl) build_simple crictl sigs.k8s.io/cri-tools "$CRICTL_VERSION" sigs.k8s.io/cri-tools/cmd/crictl ;;
     initwait) build_initwait ;;
     *) echo "build.sh: unknown component $what" >&2; exit 2 ;;

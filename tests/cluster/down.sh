@@ -7,6 +7,7 @@ set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 source "$CLUSTER_SRC/kueue.sh"
 source "$CLUSTER_SRC/jobset.sh"
+source "$CLUSTER_SRC/trainer.sh"
 LOG_TAG=down
 CRICTL=$BIN/crictl-$CRICTL_VERSION
 
@@ -67,6 +68,7 @@ main() {
   [[ -d $STATE ]] || { log "no cluster state in $STATE: nothing to do"; return 0; }
   take_lock
   stop_kueue
+  stop_trainer
   stop_jobset
   stop_daemon training-operator
   stop_daemon coredns

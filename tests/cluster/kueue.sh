@@ -64,11 +64,12 @@ kueue_certs() {
   done
 }
 
-# The integrations kdist renders (batch/job, kubeflow.org/pytorchjob) and
-# JobSet's (jobset.sh runs its controller and applies its CRD before Kueue
-# starts, so Kueue sets the integration up at once instead of deferring it).
-# manageJobsWithoutQueueName: false, so a Job, PyTorchJob or JobSet without the
-# queue-name label is none of Kueue's business.
+# The integrations kdist renders (batch/job, kubeflow.org/pytorchjob,
+# jobset.x-k8s.io/jobset, trainer.kubeflow.org/trainjob; jobset.sh and trainer.sh run
+# their controllers and apply their CRDs before Kueue starts, so Kueue sets the
+# integrations up at once instead of deferring them). manageJobsWithoutQueueName:
+# false, so a job without the queue-name label is none of Kueue's business (nor is
+# the JobSet Trainer makes for a queued TrainJob: it has no such label).
 write_kueue_config() {
   put "$ETC/kueue.yaml" <<YAML
 apiVersion: config.kueue.x-k8s.io/v1beta2
@@ -92,6 +93,7 @@ integrations:
   - batch/job
   - kubeflow.org/pytorchjob
   - jobset.x-k8s.io/jobset
+  - trainer.kubeflow.org/trainjob
 YAML
 }
 

@@ -3,13 +3,13 @@
 Reads upstream's config/components/webhook/manifests.yaml (from Kueue's Go
 module) and keeps the webhooks the test cluster's Kueue serves: its own
 objects (kueue.x-k8s.io) and the integrations enabled in kueue.sh's config
-(batch Jobs, PyTorchJobs, JobSets). A webhook the server does not serve would
+(batch Jobs, PyTorchJobs, JobSets, TrainJobs). A webhook the server does not serve would
 fail every matching request (failurePolicy: Fail), so nothing else is
 registered. Each one is pointed at Kueue's server on the host by URL with our
 CA, and gets upstream kustomize's namespaceSelector (not kube-system, not
 Kueue's namespace).
 
-One deliberate difference from upstream: the Job, PyTorchJob and JobSet webhooks
+One deliberate difference from upstream: the Job, PyTorchJob, JobSet and TrainJob webhooks
 only see objects that carry the queue-name label. With manageJobsWithoutQueueName
 off, Kueue leaves every other job alone anyway, and this way a Kueue that is
 down or restarting cannot refuse the rest of the e2e suite's jobs.
@@ -27,7 +27,8 @@ import yaml
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 #: (API group, resource) of the integrations enabled in kueue.sh's config.
-INTEGRATIONS = {("batch", "jobs"), ("kubeflow.org", "pytorchjobs"), ("jobset.x-k8s.io", "jobsets")}
+INTEGRATIONS = {("batch", "jobs"), ("kubeflow.org", "pytorchjobs"), ("jobset.x-k8s.io", "jobsets"),
+                ("trainer.kubeflow.org", "trainjobs")}
 KUEUE_GROUP = "kueue.x-k8s.io"
 #: Upstream's names carry kustomize's "kueue-" prefix.
 NAME_PREFIX = "kueue-"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Brings up (or checks and repairs) the single-node test cluster: etcd,
 # kube-apiserver, controller-manager, scheduler, containerd, kubelet, CoreDNS,
-# the Kubeflow training operator, the JobSet controller and Kueue, all host
+# the Kubeflow training operator, the JobSet controller, Kubeflow Trainer v2 and Kueue, all host
 # processes on the bridge kbr0; the node advertises fake GPUs.
 # Idempotent: a healthy cluster is reused in seconds; a dead component is
 # restarted. Writes .cluster/kubeconfig. See README.md.
@@ -10,6 +10,7 @@ source "$(dirname "$0")/lib.sh"
 source "$CLUSTER_SRC/certs.sh"
 source "$CLUSTER_SRC/configs.sh"
 source "$CLUSTER_SRC/jobset.sh"
+source "$CLUSTER_SRC/trainer.sh"
 source "$CLUSTER_SRC/kueue.sh"
 source "$CLUSTER_SRC/fakegpu.sh"
 LOG_TAG=up
@@ -36,7 +37,7 @@ preflight() {
   if [[ ! -x $KUBECTL || ! -x $BIN/etcd-$ETCD_VERSION || ! -x $BIN/coredns-$COREDNS_VERSION ||
         ! -x $BIN/training-operator-$TRAINING_OPERATOR_VERSION || ! -x $INITWAIT_BIN ||
         ! -x $BIN/crictl-$CRICTL_VERSION || ! -x $BIN/kueue-$KUEUE_VERSION ||
-        ! -x $BIN/jobset-$JOBSET_VERSION ]]; then
+        ! -x $BIN/jobset-$JOBSET_VERSION || ! -x $BIN/trainer-$TRAINER_VERSION ]]; then
     log "building cluster binaries (log: $LOGS/build.log; cold: 15-30 min)"
     bash "$CLUSTER_SRC/build.sh" >>"$LOGS/build.log" 2>&1 || { tail -20 "$LOGS/build.log"; die "build.sh failed"; }
   fi
@@ -282,8 +283,9 @@ main() {
   advertise_fake_gpus
   start_coredns
   start_operator
-  # Before Kueue: its JobSet integration wants the JobSet CRD there at start.
+  # Before Kueue: its JobSet and TrainJob integrations want their CRDs there at start.
   start_jobset
+  start_trainer
   start_kueue
   write_kubeconfig "$ADMIN_KUBECONFIG" admin
   log "Kubernetes $K8S_VERSION, feature gates on: $K8S_FEATURE_GATES; runtime-config: $K8S_RUNTIME_CONFIG"

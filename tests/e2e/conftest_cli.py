@@ -188,10 +188,11 @@ def kubectl(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess
 
 @functools.cache
 def training_resources() -> str:
-    """Every training kind's resource this cluster serves, as `kubectl get` names them
-    (an operated kind the cluster lacks would fail the whole `get`)."""
+    """Every training kind's resource this cluster serves, and what each is built from (a
+    TrainJob's TrainingRuntime), as `kubectl get` names them (an operated kind the cluster
+    lacks would fail the whole `get`)."""
     served = set(kubectl("api-resources", "-o", "name").stdout.split())
-    names = [f"{b.kind.plural}.{b.kind.group}" for b in backends.BACKENDS]
+    names = [f"{k.plural}.{k.group}" for b in backends.BACKENDS for k in (b.kind, *b.created_first)]
     return ",".join(n for n in names if n in served)
 
 

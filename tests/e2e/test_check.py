@@ -39,6 +39,10 @@ def test_check_json_parses_and_names_what_the_cluster_serves(kdist):
     assert got["jobset"]["status"] in ("ok", "not served"), got["jobset"]
     if got["jobset"]["status"] == "ok":  # its access review too, as for every served kind
         assert got["access jobsets.jobset.x-k8s.io"]["status"] == "ok", got
+    assert got["trainjob"]["status"] in ("ok", "not served"), got["trainjob"]
+    if got["trainjob"]["status"] == "ok":  # served: what Trainer cannot do is said
+        assert "never in place" in got["trainjob"]["detail"], got["trainjob"]
+        assert got["access trainjobs.trainer.kubeflow.org"]["status"] == "ok", got
     assert got["restart rules"]["status"] == "ok", got["restart rules"]
     assert got["kueue"]["status"] in ("ok", "not served")
     assert not any(v["status"] == "fail" for v in got.values()), got

@@ -12,7 +12,7 @@ import pytest
 from .conftest_cli import job_file_fixture, kdist_fixture, kubectl  # noqa: F401
 
 
-@pytest.mark.parametrize("backend", ["indexed-job", "pytorchjob", "jobset"])
+@pytest.mark.parametrize("backend", ["indexed-job", "pytorchjob", "jobset", "trainjob"])
 def test_code_error_fails_fast_without_burning_retries(backend, namespace, kdist, job_file):
     path = job_file("codeerr", backend=backend, args=["--max-steps", "5"],
                     distributed={"backend": "gloo", "maxRestarts": 3},
@@ -29,8 +29,8 @@ def test_code_error_fails_fast_without_burning_retries(backend, namespace, kdist
         assert len(pods) <= 2, pods  # the Job controller removes the still-running one
         reasons = {c["type"]: c.get("reason") for c in job["status"]["conditions"]}
         assert "PodFailurePolicy" in reasons.values(), reasons  # FailureTarget, then Failed
-    elif backend == "jobset":
-        js = json.loads(kubectl("-n", namespace, "get", "jobset", "codeerr",
+    elif backend in ("jobset", "trainjob"):  # a TrainJob's JobSet: Trainer's, its name
+        js = json.loads(kubectl("-n", namespace, "get", "jobsets.jobset.x-k8s.io", "codeerr",
                                 "-o", "json").stdout)
         # Failed by its failurePolicy's FailJobSet rule, not one of 3 restarts spent.
         assert js["status"].get("restarts", 0) == 0, js["status"]

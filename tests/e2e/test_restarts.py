@@ -253,7 +253,7 @@ def container_restarts(pod: Any) -> int:
      ("indexed-job", "recreate", "delete-pod"), ("indexed-job", "recreate", "sigkill-process"),
      ("pytorchjob", "recreate", "delete-pod"), ("pytorchjob", "recreate", "sigkill-process"),
      ("pytorchjob", "recreate", "evict-pod"), ("jobset", "recreate", "sigkill-process"),
-     ("jobset", "recreate", "delete-pod")],
+     ("jobset", "recreate", "delete-pod"), ("trainjob", "recreate", "sigkill-process")],
 )
 def test_a_fault_restarts_the_gang_which_resumes_and_finishes(
         backend, mode, fault, kube, namespace, shared_volume, kdist, kdist_popen, job_file):

@@ -30,12 +30,15 @@ DDP_ARGS = ["--max-steps", "20", "--batch-size", "32", "--log-every", "4", "--da
 
 
 def create(kube: Kube, namespace: str, objects: list[dict[str, Any]]) -> None:
-    """Create rendered objects with the plain kubernetes client (no kdist submit)."""
-    for obj in objects:
-        b = backends.of_kind(obj["kind"])
-        if b is not None and b.installs:  # an operator's custom resource
+    """Create rendered objects with the plain kubernetes client (no kdist submit), in the
+    order `kubectl apply` of `kdist render`'s output makes them (a TrainJob's runtime first)."""
+    custom = {k.kind: k for b in backends.BACKENDS if b.installs
+              for k in (b.kind, *b.created_first)}
+    for obj in (objects[i] for i in backends.creation_order(objects)):
+        k = custom.get(obj["kind"])
+        if k is not None:  # an operator's custom resource
             client.CustomObjectsApi(kube.api).create_namespaced_custom_object(
-                b.kind.group, b.kind.api_version.split("/")[1], namespace, b.kind.plural, obj)
+                k.group, k.api_version.split("/")[1], namespace, k.plural, obj)
         else:
             utils.create_from_dict(kube.api, obj, namespace=namespace)
 
@@ -122,11 +125,11 @@ def test_pipeline_two_stages_across_pods(kube: Kube, namespace: str):
 @pytest.mark.exclusive  # the examples ask 1 CPU per pod: the whole node for their two pods
 @pytest.mark.parametrize(("manifest", "backend"),
                          [("ddp-cpu.yaml", "indexed-job"), ("pytorchjob.yaml", "pytorchjob"),
-                          ("jobset.yaml", "jobset")])
+                          ("jobset.yaml", "jobset"), ("trainjob.yaml", "trainjob")])
 def test_kubectl_apply_of_committed_manifests(kube: Kube, namespace: str, manifest, backend):
     path = REPO / "manifests" / manifest
     docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
-    name = docs[0]["metadata"]["name"]
+    name = next(d for d in docs if backends.of_kind(d["kind"]))["metadata"]["name"]
     assert {d["spec"].get("template", d["spec"]).get("spec", {}).get("containers", [{}])[0]
             .get("image", IMAGE) for d in docs if d["kind"] == "Job"} <= {IMAGE}
     subprocess.run(["kubectl", "-n", namespace, "apply", "-f", str(path)],

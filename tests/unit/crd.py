@@ -11,12 +11,18 @@ import jsonschema
 import yaml
 
 # The CRDs of the operated backends, vendored so the suite runs offline anywhere: the
-# Kubeflow training operator's v1.9.0 PyTorchJob and JobSet v0.12.0's JobSet.
+# Kubeflow training operator's v1.9.0 PyTorchJob, JobSet v0.12.0's JobSet and Kubeflow
+# Trainer v2.3.0's TrainJob and runtimes (manifests/base/crds of its module).
 SCHEMAS = Path(__file__).with_name("schemas")
 PYTORCHJOB_CRD = SCHEMAS / "kubeflow.org_pytorchjobs.v1.9.0.yaml"
 JOBSET_CRD = SCHEMAS / "jobset.x-k8s.io_jobsets.v0.12.0.yaml"
-#: kind -> (CRD file, version): every custom training kind kdist renders.
-CRDS = {"PyTorchJob": (PYTORCHJOB_CRD, "v1"), "JobSet": (JOBSET_CRD, "v1alpha2")}
+TRAINER = "trainer.kubeflow.org_{}.v2.3.0.yaml"
+#: kind -> (CRD file, version): every custom kind kdist renders (and Trainer's cluster-wide
+#: runtime, which a TrainJob may name instead of its own).
+CRDS = {"PyTorchJob": (PYTORCHJOB_CRD, "v1"), "JobSet": (JOBSET_CRD, "v1alpha2"),
+        **{kind: (SCHEMAS / TRAINER.format(plural), "v1alpha1") for kind, plural in (
+            ("TrainJob", "trainjobs"), ("TrainingRuntime", "trainingruntimes"),
+            ("ClusterTrainingRuntime", "clustertrainingruntimes"))}}
 
 
 def _strict(schema: Any) -> Any:

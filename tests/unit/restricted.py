@@ -61,4 +61,6 @@ def pod_specs(obj: dict[str, Any]) -> list[dict[str, Any]]:
         return [r["template"]["spec"] for r in obj["spec"]["pytorchReplicaSpecs"].values()]
     if obj["kind"] == "JobSet":
         return [r["template"]["spec"]["template"]["spec"] for r in obj["spec"]["replicatedJobs"]]
+    if obj["kind"] == "TrainingRuntime":  # a TrainJob's: its JobSet's template
+        return pod_specs({"kind": "JobSet", "spec": obj["spec"]["template"]["spec"]})
     return []

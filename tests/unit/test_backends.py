@@ -62,11 +62,14 @@ def test_the_spec_and_the_cli_offer_exactly_the_registrys_backends():
 @pytest.mark.parametrize("name", backends.NAMES)
 def test_what_is_rendered_reads_back_through_its_backend(name):
     job = with_backend(load_job(EXAMPLE), name)
-    obj = render(job)[0]
+    rendered = render(job)
+    obj = rendered[0]
     b = backends.of(obj)
     assert b.name == name and objects.job_kind_backend(obj) == (b.kind.kind, name)
     assert objects.checked_job_nodes(obj) == job.spec.nodes
-    assert len(objects.job_pod_templates(obj)) >= 1
+    # The training object's pod templates, or those of what it is built from (created first).
+    held = [t for o in rendered if backends.holding(o["kind"]) is b for t in b.pod_templates(o)]
+    assert len(held) >= 1 and (b.created_first or objects.job_pod_templates(obj) == held)
     said = facts.read(obj["metadata"]["annotations"])
     assert (said.max_steps, said.max_restarts, said.procs_per_node) == (
         60, job.spec.distributed.max_restarts, job.spec.procs_per_node)
@@ -107,3 +110,27 @@ def test_a_jobsets_child_job_and_pods_pass_the_kubernetes_schema_and_restricted(
     rules = obj["spec"]["failurePolicy"]["rules"]
     assert rules[0]["action"] == "FailJobSet" and "PodFailurePolicy" in rules[0][
         "onJobFailureReasons"]
+
+
+@pytest.mark.parametrize("name", backends.NAMES)
+def test_what_a_kind_is_built_from_is_printed_and_created_first(name):
+    """`kubectl apply -f` of `kdist render` makes objects in the order printed: a TrainJob's
+    runtime must exist when the TrainJob is admitted; every other kind keeps its order."""
+    import yaml
+
+    from kdist.rendering import to_yaml
+
+    objects = render(with_backend(load_job(EXAMPLE), name))
+    order = backends.creation_order(objects)
+    first = {k.kind for k in backends.get(name).created_first}
+    assert sorted(order) == list(range(len(objects)))
+    printed = [d["kind"] for d in yaml.safe_load_all(to_yaml(objects)) if d]
+    assert printed == [objects[i]["kind"] for i in order]
+    if first:
+        assert printed[:len(first)] == sorted(first) and objects[0]["kind"] == name_kind(name)
+    else:
+        assert order == list(range(len(objects)))
+
+
+def name_kind(name: str) -> str:
+    return backends.get(name).kind.kind

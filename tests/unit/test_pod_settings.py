@@ -11,7 +11,6 @@ import kubernetes_validate
 import pytest
 
 from kdist import backends
-from kdist.kube.watch.objects import job_pod_templates
 from kdist.rendering import render
 from kdist.rendering.overlay import merge
 from kdist.shared.errors import SpecError
@@ -86,7 +85,9 @@ def container(objects):
 
 
 def templates(objects):
-    return job_pod_templates(objects[0])
+    """The pod templates rendered: the training object's, or (a TrainJob) its runtime's."""
+    return [t for o in objects if backends.holding(o["kind"]) is not None
+            for t in backends.holding(o["kind"]).pod_templates(o)]
 
 
 def env_of(objects) -> dict:

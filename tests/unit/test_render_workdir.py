@@ -34,7 +34,7 @@ from tests.unit.helpers import spec_with, write_spec
 K8S_VERSION = "1.37"
 BACKENDS = backends.NAMES
 TRAINING_KINDS = {"indexed-job": ["Job", "Service"], "pytorchjob": ["PyTorchJob"],
-                  "jobset": ["JobSet"]}
+                  "jobset": ["JobSet"], "trainjob": ["TrainJob", "TrainingRuntime"]}
 
 
 def tree(root: Path, big: int = 0) -> Path:
@@ -76,7 +76,7 @@ def test_code_renders_configmaps_after_the_training_objects(tmp_path, backend):
         assert meta["labels"]["team"] == "nlp" and meta["labels"][L.JOB_NAME] == "unit-job"
         assert meta["annotations"][L.CODE_SHA256] == code.sha256
         kubernetes_validate.validate(cm, K8S_VERSION, strict=True)
-    specs = pod_specs(objects[0])
+    specs = [p for o in objects for p in pod_specs(o)]  # a TrainJob's: its runtime's
     assert len(specs) == (2 if backend == "pytorchjob" else 1)
     for pod in specs:
         volumes = {v["name"]: v for v in pod["volumes"]}
@@ -95,10 +95,11 @@ def test_code_renders_configmaps_after_the_training_objects(tmp_path, backend):
         kubernetes_validate.validate({"apiVersion": "v1", "kind": "Pod",
                                       "metadata": {"name": "p"}, "spec": pod},
                                      K8S_VERSION, strict=True)
-    if objects[0]["kind"] in crd.CRDS:
-        assert crd.errors(objects[0]) == []
-    else:
-        kubernetes_validate.validate(objects[0], K8S_VERSION, strict=True)
+    for obj in objects[:-n]:
+        if obj["kind"] in crd.CRDS:
+            assert crd.errors(obj) == []
+        else:
+            kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -107,7 +108,7 @@ def test_without_code_nothing_changes(tmp_path, backend):
     objects = render(job)
     assert render(job, None) == objects
     assert [o["kind"] for o in objects] == TRAINING_KINDS[backend]
-    for pod in pod_specs(objects[0]):
+    for pod in [p for o in objects for p in pod_specs(o)]:
         assert {v["name"] for v in pod["volumes"]} == {"dshm", "kdist-home"}
         assert E.CODE_SHA256 not in {e["name"] for e in pod["containers"][0]["env"]}
 

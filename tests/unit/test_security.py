@@ -16,7 +16,8 @@ from tests.unit.helpers import spec_with, write_spec
 
 # What each example needs, and why it leaves "restricted" (a new example must be added here).
 EXPECTED = {"ddp-cpu": RESTRICTED, "ddp-gpu": RESTRICTED, "pipeline-cpu": RESTRICTED,
-            "ddp-pytorchjob": RESTRICTED, "ddp-jobset": RESTRICTED, "ddp-rdma": PRIVILEGED,
+            "ddp-pytorchjob": RESTRICTED, "ddp-jobset": RESTRICTED, "ddp-trainjob": RESTRICTED,
+            "ddp-rdma": PRIVILEGED,
             "fsdp-cpu": RESTRICTED, "fsdp-gpu": RESTRICTED}
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from kdist import backends
-from kdist.kube.watch.objects import job_pod_templates
 from kdist.rendering import render
+from kdist.rendering.render import pod_templates_of
 from kdist.runtime.plan import resolve_env
 from kdist.spec import validate_job
 
@@ -15,7 +15,7 @@ from .test_spec import problems
 
 
 def pod_env(job) -> dict[str, str]:
-    pod = job_pod_templates(render(job)[0])[0]["spec"]
+    pod = pod_templates_of(render(job))[0]["spec"]
     return {e["name"]: e["value"] for e in pod["containers"][0]["env"] if "value" in e}
 
 

@@ -28,7 +28,8 @@ from kdist.shared.spelling import option
 LATER = ("namespace", "access", *(b.name for b in OPERATED), "kueue", "gang",
          "restart rules")
 #: Rules of kdist's Role asked about only where the cluster serves the resource.
-_NEEDS = {**{b.kind.plural: b.name for b in OPERATED}, "workloads": "kueue"}
+_NEEDS = {**{k.plural: b.name for b in OPERATED for k in (b.kind, *b.created_first)},
+          "workloads": "kueue"}
 RBAC_FIX = ("an admin applies kdist's Role (manifests/rbac.yaml, namespace {ns}) and binds "
             "it to you: kubectl -n {ns} create rolebinding kdist-YOU --role kdist-submitter "
             "--user YOU")

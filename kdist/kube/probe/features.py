@@ -46,7 +46,9 @@ def _backend(b: backends.Backend, served: bool | str) -> Verdict:
     if isinstance(served, str):
         return _unknown(b.name, b.kind, served)
     if served:
-        return Verdict(b.name, OK, f"served ({b.kind.api_version}): --backend {b.name} works")
+        caveats = f"; {b.caveats}" if b.caveats else ""
+        return Verdict(b.name, OK, f"served ({b.kind.api_version}): --backend {b.name} "
+                       f"works{caveats}")
     return Verdict(b.name, ABSENT, f"no {b.kind.api_version} {b.kind.kind}: backend {b.name} "
                    f"needs {b.installs} ({backends.DEFAULT} works anywhere)")
 

@@ -137,7 +137,7 @@ def wait_gone(cluster: Cluster, name: str, namespace: str, timeout: float) -> No
 
     by_name, by_label = f"metadata.name={name}", selector_string(name)
     sources = [ApiSource(cluster, kind, namespace, field_selector=by_name)
-               for kind in cluster.training_kinds()]
+               for kind in (*cluster.training_kinds(), *cluster.companion_kinds())]
     sources += [ApiSource(cluster, kind, namespace, label_selector=by_label)
                 for kind in (kinds.POD, kinds.SERVICE, kinds.ENDPOINTSLICE, kinds.CONFIGMAP)]
     for source in sources:

@@ -56,17 +56,23 @@ def create(cluster: Cluster, objects: list[dict[str, Any]], *,
     deleted and left."""
     from kdist.shared.signals import Interrupted, held
 
-    created: list[dict[str, Any]] = []
+    answers: dict[int, dict[str, Any]] = {}  # by place in `objects`
+    notes: list[str] = []
     made: list[owned.Made] = []  # what to undo, by kdist's own names
+    owner: owned.Made | None = None  # the training object (objects[0]), once made
     token = secrets.token_hex(8)
     with held() as pending:
         try:
-            for obj in objects:
+            for i in backends.creation_order(objects):
                 if pending.signum is not None:
                     break
+                obj = objects[i]
                 if not dry_run:
-                    obj = owned.sent_as(obj, made[0] if made else None, token)
-                answer = _create_one(cluster, obj, dry_run, made)
+                    obj = owned.sent_as(obj, owner, token)
+                if i == 0 and made:  # after what its controller looks up (created_first)
+                    answer = _create_settled(cluster, obj, dry_run, made, notes)
+                else:
+                    answer = _create_one(cluster, obj, dry_run, made)
                 done, malformed = owned.made(obj, answer, dry_run)
                 made.append(done)
                 problem = created_problem(answer, obj, dry_run)
@@ -77,7 +83,12 @@ def create(cluster: Cluster, objects: list[dict[str, Any]], *,
                         f"the API server at {cluster.server} answered the creation of "
                         f"{done.ref} in namespace {done.namespace} with {malformed}: a "
                         "malformed answer, not trusted")
-                created.append(answer)
+                answers[i] = answer
+                if i == 0:
+                    owner = done
+                    if not dry_run:  # what had to exist before it is its own now
+                        _own(cluster, [m for m in made if m is not done], done)
+            created = [answers[i] for i in sorted(answers)]
         except BaseException as e:
             if dry_run:
                 raise
@@ -92,7 +103,47 @@ def create(cluster: Cluster, objects: list[dict[str, Any]], *,
         if pending.signum is not None:
             undone, left = ([], []) if dry_run else undo(cluster, made)
             raise Interrupted(pending.signum, undone=undone, left=left)
-    return created, cluster.take_warnings()
+    return created, [*notes, *cluster.take_warnings()]
+
+
+#: How long a training object refused for what was created just before it is tried again.
+SETTLE_SECONDS = 15.0
+
+
+def _create_settled(cluster: Cluster, obj: dict[str, Any], dry_run: bool,
+                    made: list[owned.Made], notes: list[str]) -> dict[str, Any]:
+    """Create the training object after what it is built from (`Backend.created_first`):
+    while its webhook refuses it for not seeing those yet (`Backend.settling`: its
+    controller reads them from a cache a moment behind), again, for SETTLE_SECONDS. A
+    server-side dry run stored nothing for it to see: `obj` is taken as sent, and said."""
+    import time
+
+    words = backends.of(obj).settling
+    deadline, pause = time.monotonic() + SETTLE_SECONDS, 0.1
+    while True:
+        try:
+            return _create_one(cluster, obj, dry_run, made)
+        except KdistError as e:
+            if not words or words not in str(e):
+                raise
+            if dry_run:
+                notes.append(f"{kinds.of(obj).ref}/{obj['metadata']['name']}: not checked by "
+                             f"the server (its admission needs {made[-1].ref} stored: {e})")
+                return obj
+            if time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 2.0)
+
+
+def _own(cluster: Cluster, earlier: list[owned.Made], owner: owned.Made) -> None:
+    """Make what was created before the training object (`Backend.created_first`) owned
+    by it, as everything after it is: deleting the job removes them too."""
+    for m in earlier:
+        body = {"metadata": {"ownerReferences": [owned.owner_ref(owner)],
+                             **({"uid": m.uid} if m.uid else {})}}
+        cluster.request(Action("patch", m.kind.plural, m.namespace, m.name), "PATCH",
+                        m.kind.item(m.namespace, m.name), body=body)
 
 
 def _create_one(cluster: Cluster, obj: dict[str, Any], dry_run: bool,

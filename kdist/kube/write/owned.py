@@ -79,20 +79,33 @@ def is_sent(found: dict[str, Any], sent: dict[str, Any]) -> bool:
 
 def owned_by(obj: dict[str, Any], owner: Made) -> dict[str, Any]:
     """A copy of `obj` owned by `owner` (garbage-collected with it; foreground waits for it)."""
-    ref = {"apiVersion": owner.kind.api_version, "kind": owner.kind.kind,
-           "name": owner.name, "uid": owner.uid, "blockOwnerDeletion": True}
-    return dict(obj, metadata=dict(obj["metadata"], ownerReferences=[ref]))
+    return dict(obj, metadata=dict(obj["metadata"], ownerReferences=[owner_ref(owner)]))
 
 
-def delete_options(uid: str | None) -> dict[str, Any]:
-    """A foreground delete's options; with `uid`, only of the object that has it (a 409
-    otherwise). In the body: the API server reads a DELETE's options from the body when
-    there is one, and preconditions only from there."""
+def owner_ref(owner: Made) -> dict[str, Any]:
+    return {"apiVersion": owner.kind.api_version, "kind": owner.kind.kind,
+            "name": owner.name, "uid": owner.uid, "blockOwnerDeletion": True}
+
+
+def delete_options(uid: str | None, background: bool = False) -> dict[str, Any]:
+    """A foreground delete's options (background where the kind's controller would remake
+    what foreground deletes first, `Backend.background_delete`); with `uid`, only of the
+    object that has it (a 409 otherwise). In the body: the API server reads a DELETE's
+    options from the body when there is one, and preconditions only from there."""
     options: dict[str, Any] = {"kind": "DeleteOptions", "apiVersion": "v1",
-                               "propagationPolicy": "Foreground"}
+                               "propagationPolicy": "Background" if background else
+                               "Foreground"}
     if uid is not None:
         options["preconditions"] = {"uid": uid}
     return options
+
+
+def controlled(obj: dict[str, Any]) -> bool:
+    """Whether another object controls `obj` (a JobSet Kubeflow Trainer made for a TrainJob,
+    named after it): a part of that job, never a job of its own."""
+    refs = (obj.get("metadata") or {}).get("ownerReferences")
+    return isinstance(refs, list) and any(isinstance(r, dict) and r.get("controller") is True
+                                          for r in refs)
 
 
 def is_kdists(kind: kinds.Kind, obj: dict[str, Any], name: str, namespace: str) -> bool:

@@ -1,0 +1,109 @@
+"""backend trainjob: a Kubeflow Trainer v2 TrainJob (trainer.kubeflow.org/v1alpha1, v2.3.0).
+
+Trainer builds a JobSet from a runtime: here the job's own TrainingRuntime (named after
+the job), whose template is the JobSet spec backend jobset renders (one include,
+`_jobset_spec.yaml.j2`). Trainer copies that spec whole into the JobSet it makes
+(named after the TrainJob, owned by it): its network, successPolicy, failurePolicy and
+the child Job's podFailurePolicy all pass through, so node 0, ranks, restarts and exit
+codes are backend jobset's (`kdist.backends.jobset`), and the pods are that JobSet's.
+The runtime's replicated Job carries no `trainjob-ancestor-step` label and there is no
+mlPolicy: Trainer then leaves kdist's container, env and counts as rendered (its
+webhook would ask for a container named `node`, and its torch plugin would add its own
+PET_* env and command). The TrainJob must find its runtime when created (Trainer's
+webhook looks it up), so the runtime is created first and owned by the TrainJob just
+after (`created_first`). A TrainJob is deleted in background: in foreground the
+controller, seeing its JobSet gone while the TrainJob still exists, makes it again.
+
+What Trainer cannot do: restart in place (its JobSet recreates Jobs), a native gang
+(Trainer gangs only through its coscheduling or Volcano plugins, podGroupPolicy; a
+Kueue queue admits a TrainJob whole).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kdist.backends import jobset
+from kdist.backends.base import (
+    CONDITIONS,
+    FAILED,
+    SUCCEEDED,
+    TRAINING_VERBS,
+    Backend,
+    count,
+    node_count,
+    spec_of,
+)
+from kdist.shared import labels as L
+from kdist.shared.kind import Kind
+
+GROUP, VERSION = "trainer.kubeflow.org", "v1alpha1"
+TRAINJOB = Kind("TrainJob", f"{GROUP}/{VERSION}", "trainjobs", "trainjob.trainer.kubeflow.org")
+TRAINING_RUNTIME = Kind("TrainingRuntime", f"{GROUP}/{VERSION}", "trainingruntimes",
+                        "trainingruntime.trainer.kubeflow.org")
+#: The runtime's object role (app.kubernetes.io/component).
+RUNTIME_COMPONENT = "training-runtime"
+
+
+class TrainJobBackend(Backend):
+    name = "trainjob"
+    kind = TRAINJOB
+    templates = ("trainjob.yaml.j2", "trainingruntime.yaml.j2")
+    summary = ("a Kubeflow Trainer v2 TrainJob and its own TrainingRuntime (Trainer v2.3.0, "
+               "on the JobSet controller)")
+    installs = "Kubeflow Trainer v2 (with the JobSet controller)"
+    no_in_place_why = "Kubeflow Trainer's JobSet recreates its Jobs to restart"
+    no_gang_why = ("Kubeflow Trainer gangs only through its coscheduling or Volcano plugins; "
+                   "a Kueue queue admits a TrainJob whole")
+    caveats = ("restarts recreate the gang (never in place); no native gang (a Kueue queue "
+               "admits a TrainJob whole)")
+    created_first = (TRAINING_RUNTIME,)
+    # Trainer's webhook reads the runtime from its informer's cache.
+    settling = "must be created before the TrainJob is created"
+    background_delete = True
+    terminal = {"Complete": SUCCEEDED, "Failed": FAILED}
+    rbac = [{"apiGroups": [GROUP], "resources": [TRAINJOB.plural], "verbs": [*TRAINING_VERBS]},
+            # Created before the TrainJob, then patched to be owned by it; `kdist delete`
+            # waits until it is gone too.
+            {"apiGroups": [GROUP], "resources": [TRAINING_RUNTIME.plural],
+             "verbs": ["create", "get", "list", "watch", "patch", "delete"]}]
+    shape = {"spec": {"runtimeRef": {"name": str, "kind": str}, "trainer": dict},
+             "status": {"conditions": CONDITIONS, "jobsStatus": [dict]}}
+
+    def master_addr(self, name: str) -> str | None:
+        return jobset.BACKEND.master_addr(name)  # the JobSet is named after the TrainJob
+
+    def rank_env(self, max_restarts: int) -> list[dict[str, str]]:
+        return jobset.BACKEND.rank_env(max_restarts)
+
+    def context(self, ctx: dict[str, Any]) -> dict[str, Any]:
+        runtime_labels = {k: v for k, v in ctx["job_labels"].items() if k != L.QUEUE}
+        runtime_labels[L.COMPONENT] = RUNTIME_COMPONENT
+        return {**jobset.BACKEND.context(ctx), "runtime_name": ctx["name"],
+                "runtime_labels": runtime_labels}
+
+    def rendered_kinds(self) -> list[str]:
+        return [TRAINJOB.kind, TRAINING_RUNTIME.kind]
+
+    def pod_templates(self, obj: dict[str, Any]) -> list[dict[str, Any]]:
+        """A TrainingRuntime's (its JobSet template's); a TrainJob has none of its own."""
+        if obj.get("kind") != TRAINING_RUNTIME.kind:
+            return []
+        template = spec_of(obj).get("template") or {}
+        return jobset.BACKEND.pod_templates(template if isinstance(template, dict) else {})
+
+    def nodes(self, obj: dict[str, Any]) -> int | None:
+        trainer = spec_of(obj).get("trainer") or {}
+        value = trainer.get("numNodes") if isinstance(trainer, dict) else None
+        return None if value is None else node_count(obj, "spec.trainer.numNodes", value)
+
+    def own_pod_selector(self, name: str) -> str:
+        return jobset.BACKEND.own_pod_selector(name)
+
+    def running(self, obj: dict[str, Any], conditions: dict[str, Any]) -> bool:
+        statuses = (obj.get("status") or {}).get("jobsStatus") or []
+        return any(count(s.get("active")) + count(s.get("ready")) > 0
+                   for s in statuses if isinstance(s, dict))
+
+
+BACKEND = TrainJobBackend()
