@@ -307,7 +307,6 @@ def progress_table(state: JobState, title: str) -> Any:
 def print_status(state: JobState) -> None:
     """`kdist status`: the job's line, then a table per rank with a loss sparkline."""
     from rich.console import Console
-    from rich.table import Table
 
     console = Console(width=None if _is_tty(sys.stdout) else 200, highlight=False)
     head = (f"{state.kind} {state.namespace}/{state.name}: {state.phase}  "
@@ -335,18 +334,17 @@ def print_status(state: JobState) -> None:
         said = f": {bad.said}" if bad.said else ""
         console.print(shown(f"restarted after {state.unit} {bad.rank} (pod {bad.pod}) exited "
                             f"with code {bad.exit_code}{said}"))
-    table = Table(box=None, pad_edge=False)
+    from kdist.cli.columns import columns
+
     held = ranks_shown(state)
     # HOST: the Kubernetes node the pod runs on ("node" is kdist's word for a pod).
-    for col in (state.unit.upper(), *(["RANKS"] if held else []), "POD", "PHASE", "RESTARTS",
-                "STEP", "LOSS", "LOSS HISTORY", "HOST"):
-        table.add_column(col, no_wrap=True)
-    for r in sorted(state.ranks.values(), key=lambda r: r.rank):
-        table.add_row(*(shown(cell) for cell in (
-            r.rank, *([state.ranks_of(r.rank)] if held else []), r.pod or "-",
-            _phase_text(r, state), r.restarts, _step_text(r, state.max_steps), _loss_text(r),
-            sparkline(r.losses), r.node or "-")))
-    console.print(table)
+    headers = (state.unit.upper(), *(["RANKS"] if held else []), "POD", "PHASE", "RESTARTS",
+               "STEP", "LOSS", "LOSS HISTORY", "HOST")
+    rows = [(r.rank, *([state.ranks_of(r.rank)] if held else []), r.pod or "-",
+             _phase_text(r, state), r.restarts, _step_text(r, state.max_steps), _loss_text(r),
+             sparkline(r.losses), r.node or "-")
+            for r in sorted(state.ranks.values(), key=lambda r: r.rank)]
+    console.file.write("".join(line + "\n" for line in columns(headers, rows)))
     for line in [*ledger_lines(state.ledger), *(f"note: {n}" for n in state.notes)]:
         console.print(shown(line))
 

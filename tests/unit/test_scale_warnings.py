@@ -7,10 +7,9 @@ the state keeps every rank's failure.
 
 from __future__ import annotations
 
-from tests.api import objects
-
 from kdist.kube.watch.podwarnings import MAX_PER_KIND
 from kdist.kube.watch.tracker import Tracker
+from tests.api import objects
 
 NODES = 200
 
