@@ -9,6 +9,10 @@ at a time, and the watch follows nodes 0 to LOG_NODES - 1 unless --all-nodes.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,6 +24,7 @@ from tests.api.fakeapi import FakeApi
 pytestmark = pytest.mark.timeout(240)
 
 NODES = 100
+ROOT = Path(__file__).resolve().parents[2]
 FAILED = 77  # a rank past LOG_NODES whose log says why it failed
 
 
@@ -77,3 +82,22 @@ def test_logs_f_of_one_node_past_the_bound(api, kdist):
     assert out.code == 0, out.describe()
     assert set(log_reads(out)) == {f"big-{NODES - 1}-abcde"}, out.describe()
     assert f"[rank {NODES - 1}] " in out.stdout, out.describe()
+
+
+@pytest.mark.parametrize("verb", [["status", "big"], ["list"], ["logs", "big"]])
+def test_cluster_verbs_do_not_load_the_spec_model(api, kubeconfig, verb):
+    """The verbs that read a job never validate a spec: pydantic and the model (0.45 s of
+    a `kdist status` here) load only where a job.yaml is read."""
+    big_job(api)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    out = subprocess.run([sys.executable, "-X", "importtime", "-m", "kdist", "--kubeconfig",
+                          str(kubeconfig), *verb], cwd=ROOT, env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    imported = {line.rsplit("|", 1)[1].strip() for line in out.stderr.splitlines()
+                if line.startswith("import time:") and "|" in line}
+    assert "kdist.kube.client" in imported  # importtime did watch the verb
+    loaded = sorted(m for m in imported if m.startswith(("pydantic", "kdist.spec.model",
+                                                         "kdist.spec.load", "jinja2")))
+    assert loaded == [], f"kdist {' '.join(verb)} imported {loaded}"
