@@ -2,7 +2,7 @@
 # Builds (once, cached by version) every Go component of the test cluster:
 # kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kubectl,
 # etcd, CoreDNS, the Kubeflow training operator, Kueue, the JobSet controller,
-# crictl and kdist-initwait.
+# kwok (the scale tests' fake nodes), crictl and kdist-initwait.
 # Idempotent: a binary that already exists for the pinned version is not
 # rebuilt. Usage: build.sh [COMPONENT...]   (default: all of them)
 set -euo pipefail
@@ -88,27 +88,42 @@ build_initwait() {
   mv "$out.tmp" "$out"
 }
 
-# The JobSet controller (sigs.k8s.io/jobset, JOBSET_VERSION): its main package
-# is the module root. Built like Kueue: go get, so the go line follows
-# JobSet's own minimum (go 1.26.0); its go.mod has no replace directives.
-build_jobset() {
-  local module=sigs.k8s.io/jobset out=$BIN/jobset-$JOBSET_VERSION
-  [[ -x $out ]] && { log "jobset $JOBSET_VERSION cached"; return; }
-  log "building jobset $JOBSET_VERSION"
-  local dir=$CACHE/src/jobset commit
+# A module whose go.mod has no replace directives, built with `go get` so that the wrapper's
+# go line follows the module's own minimum (JobSet and kwok: go 1.26.0). Its commit (from
+# the module proxy's Origin) goes into the version ldflags the caller names.
+build_goget() {  # build_goget NAME MODULE VERSION PACKAGE [LDFLAGS_WITH_@COMMIT@]
+  local name=$1 module=$2 version=$3 pkg=$4 ldv=${5:-}
+  local out=$BIN/$name-$version
+  [[ -x $out ]] && { log "$name $version cached"; return; }
+  log "building $name $version"
+  local dir=$CACHE/src/$name commit
   mkdir -p "$dir"
-  commit=$(go mod download -json "$module@$JOBSET_VERSION" |
+  commit=$(go mod download -json "$module@$version" |
     python3 -c 'import json,sys; print((json.load(sys.stdin).get("Origin") or {}).get("Hash", "unknown"))')
-  local ld="-s -w -X $module/pkg/version.GitVersion=$JOBSET_VERSION -X $module/pkg/version.GitCommit=$commit"
+  local ld="-s -w ${ldv//@COMMIT@/$commit}"
   (
     cd "$dir"
-    printf 'module kdist.local/jobset\n\ngo 1.24\n' > go.mod
-    printf '//go:build tools\n\npackage tools\n\nimport _ "%s"\n' "$module" > tools.go
-    go get "$module@$JOBSET_VERSION" >/dev/null
+    printf 'module kdist.local/%s\n\ngo 1.24\n' "$name" > go.mod
+    printf '//go:build tools\n\npackage tools\n\nimport _ "%s"\n' "$pkg" > tools.go
+    go get "$module@$version" >/dev/null
     go mod tidy -e >/dev/null 2>&1 || true
-    go build -trimpath -ldflags "$ld" -o "$out.tmp" "$module"
+    go build -trimpath -ldflags "$ld" -o "$out.tmp" "$pkg"
   )
   mv "$out.tmp" "$out"
+}
+
+# The JobSet controller (sigs.k8s.io/jobset, JOBSET_VERSION): its main package
+# is the module root.
+build_jobset() {
+  local module=sigs.k8s.io/jobset
+  build_goget jobset "$module" "$JOBSET_VERSION" "$module" \
+    "-X $module/pkg/version.GitVersion=$JOBSET_VERSION -X $module/pkg/version.GitCommit=@COMMIT@"
+}
+
+# kwok (sigs.k8s.io/kwok, KWOK_VERSION): fake nodes and pods for the scale tests
+# (tests/cluster/kwok.sh). Its version is a constant of its module; nothing to set.
+build_kwok() {
+  build_goget kwok sigs.k8s.io/kwok "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok
 }
 
 build_simple() {  # build_simple NAME MODULE VERSION PACKAGE
@@ -128,7 +143,7 @@ build_simple() {  # build_simple NAME MODULE VERSION PACKAGE
   mv "$out.tmp" "$out"
 }
 
-want=${*:-etcd coredns operator kueue jobset crictl initwait kubernetes}
+want=${*:-etcd coredns operator kueue jobset kwok crictl initwait kubernetes}
 for what in $want; do
   case $what in
     kubernetes) build_kubernetes ;;
@@ -138,6 +153,7 @@ for what in $want; do
       github.com/kubeflow/training-operator/cmd/training-operator.v1 ;;
     kueue) build_kueue ;;
     jobset) build_jobset ;;
+    kwok) build_kwok ;;
     crictl) build_simple crictl sigs.k8s.io/cri-tools "$CRICTL_VERSION" sigs.k8s.io/cri-tools/cmd/crictl ;;
     initwait) build_initwait ;;
     *) echo "build.sh: unknown component $what" >&2; exit 2 ;;
