@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import IO, TYPE_CHECKING, Any
 
 from kdist.api.types import parse_time
+from kdist.cli.livetable import progress_table
 from kdist.shared.terminal import escape, escape_log, log_for
 
 if TYPE_CHECKING:
@@ -28,6 +29,8 @@ if TYPE_CHECKING:
 
 SPARK = "▁▂▃▄▅▆▇█"
 STEP_EVERY = 5.0  # seconds between plain progress lines that only report a new step
+BIG_JOB = 64  # ranks: past this, the plain display looks at them UPDATE_HZ times a second
+UPDATE_HZ = 4.0
 
 
 def sparkline(values: list[float], width: int = 24) -> str:
@@ -108,6 +111,8 @@ class PlainDisplay:
         self.started = time.monotonic()
         self._last: dict[int, tuple[Any, int | None, float]] = {}
         self.unit = "rank"  # as JobState's default (procsPerNode 1) until the job says
+        self._pending: JobState | None = None  # a big job's state not looked at yet
+        self._passed = 0.0  # when update() last looked at every rank
 
     def _print(self, line: str, err: bool = False) -> None:
         """A line of kdist's own (escaped: it holds the cluster's names and words)."""
@@ -126,6 +131,14 @@ class PlainDisplay:
     def update(self, state: JobState) -> None:
         self.unit = state.unit
         now = time.monotonic()
+        if len(state.ranks) > BIG_JOB:
+            # Each event looks at every rank: at 1,000 ranks a pass costs ~0.7 ms and a
+            # gang's thousands of events would cost seconds. A big job's changes are
+            # printed as seen at most UPDATE_HZ times a second (tick and stop catch up).
+            self._pending = state
+            if now - self._passed < 1 / UPDATE_HZ:
+                return
+            self._passed, self._pending = now, None
         elapsed = duration(now - self.started)
         for r in sorted(state.ranks.values(), key=lambda r: r.rank):
             key = (r.pod, _phase_text(r), r.restarts)
@@ -147,7 +160,12 @@ class PlainDisplay:
             self._print(line)
 
     def tick(self, state: JobState) -> None:
-        pass
+        self._catch_up()
+
+    def _catch_up(self) -> None:
+        if self._pending is not None:
+            self._passed = 0.0
+            self.update(self._pending)
 
     def warning(self, text: str) -> None:
         self._print(f"warning: {text}", err=True)
@@ -161,7 +179,7 @@ class PlainDisplay:
         self._print_log("", line)
 
     def stop(self) -> None:
-        pass
+        self._catch_up()
 
 
 class LogDisplay(PlainDisplay):
@@ -229,7 +247,9 @@ class LiveDisplay(PlainDisplay):
         s = self._state
         title = (f"{s.kind or 'job'} {s.namespace}/{s.name}: {s.phase}, {elapsed}{pace(s)}"
                  f"{restarts_text(s, ', ')}")
-        self.live.update(progress_table(s, title=title), refresh=True)
+        # As many rows as the terminal shows: rich lays a 1,000-row table out in ~1.3 s.
+        rows = max(8, self.live.console.size.height - 4)
+        self.live.update(progress_table(s, title=title, max_rows=rows), refresh=True)
 
     def _print(self, line: str, err: bool = False) -> None:
         self.live.console.print(shown(line, style="yellow" if err else ""), soft_wrap=True)
@@ -281,27 +301,6 @@ def restarts_text(state: JobState, sep: str) -> str:
     limit = f" of {state.max_restarts}" if state.max_restarts is not None else ""
     how = " (in place)" if state.restart_mode == "inPlace" else ""
     return f"{sep}restart {done}{limit}{how}"
-
-
-def progress_table(state: JobState, title: str) -> Any:
-    from rich.progress_bar import ProgressBar
-    from rich.table import Table
-
-    table = Table(title=shown(title), title_justify="left", box=None, pad_edge=False)
-    held = ranks_shown(state)
-    for col in (state.unit, *(["ranks"] if held else []), "pod", "phase", "restarts", "step",
-                "", "loss"):
-        table.add_column(col, no_wrap=True)
-    for r in sorted(state.ranks.values(), key=lambda r: r.rank):
-        bar: Any = ""
-        if state.max_steps and r.step is not None:
-            bar = ProgressBar(total=state.max_steps, completed=min(r.step, state.max_steps),
-                              width=20)
-        table.add_row(shown(r.rank), *([shown(state.ranks_of(r.rank))] if held else []),
-                      shown(r.pod or "-"), shown(_phase_text(r, state)),
-                      shown(r.restarts), shown(_step_text(r, state.max_steps)), bar,
-                      shown(_loss_text(r)))
-    return table
 
 
 def print_status(state: JobState) -> None:
