@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
+from kdist.cli.cells import _loss_text, _phase_text, _step_text, ranks_shown, shown
+
 if TYPE_CHECKING:
     from kdist.api.types import JobState, RankState
 
@@ -34,8 +36,6 @@ def chosen(state: JobState, max_rows: int | None) -> tuple[list[RankState], Coun
 def progress_table(state: JobState, title: str, max_rows: int | None = None) -> Any:
     from rich.progress_bar import ProgressBar
     from rich.table import Table
-
-    from kdist.cli.progress import _loss_text, _phase_text, _step_text, ranks_shown, shown
 
     rows, rest = chosen(state, max_rows)
     caption = None

@@ -21,11 +21,12 @@ from collections.abc import Callable
 from typing import IO, TYPE_CHECKING, Any
 
 from kdist.api.types import parse_time
+from kdist.cli.cells import _loss_text, _phase_text, _step_text, ranks_shown, shown
 from kdist.cli.livetable import progress_table
 from kdist.shared.terminal import escape, escape_log, log_for
 
 if TYPE_CHECKING:
-    from kdist.api.types import JobState, RankState
+    from kdist.api.types import JobState
 
 SPARK = "▁▂▃▄▅▆▇█"
 STEP_EVERY = 5.0  # seconds between plain progress lines that only report a new step
@@ -63,39 +64,11 @@ def job_elapsed(state: JobState, now: float | None = None) -> float | None:
     return (end or now or time.time()) - start
 
 
-def _step_text(r: RankState, max_steps: int | None) -> str:
-    if r.step is None:
-        return "-"
-    return f"{r.step}/{max_steps}" if max_steps else str(r.step)
-
-
-def _loss_text(r: RankState) -> str:
-    return "-" if r.loss is None else f"{r.loss:.4g}"
-
-
-def _phase_text(r: RankState, state: JobState | None = None) -> str:
-    phase = state.rank_phase(r) if state is not None else r.phase
-    return f"{phase} ({r.reason})" if r.reason and r.reason not in (phase, "Completed") \
-        else phase
-
-
 def _is_tty(stream: IO[str]) -> bool:
     try:
         return stream.isatty()
     except (AttributeError, ValueError):
         return False
-
-
-def shown(value: object, style: str = "") -> Any:
-    """A rich Text of `value`, escaped: never read as markup, emoji codes or control codes."""
-    from rich.text import Text
-
-    return Text(escape(value), style=style)
-
-
-def ranks_shown(state: JobState) -> bool:
-    """Whether a "ranks" column says which torch ranks each node holds (procsPerNode > 1)."""
-    return (state.procs_per_node or 1) > 1
 
 
 class PlainDisplay:
