@@ -77,7 +77,8 @@ def job_text(name: str, ns: str, *, nodes: int, run_for: str = "", backend: str 
         "  workload: {module: kdist.workloads.ddp, args: [--max-steps, '20']}\n"
         f"  distributed: {{backend: gloo, gang: {gang}, restartMode: recreate, "
         f"maxRestarts: {max_restarts}}}\n"
-        "  resources: {cpu: '3', memory: 1Gi}\n"  # one pod per fake node (4 CPUs each)
+        # 4 pods fit a fake node (4 CPUs): two N-pod gangs side by side fit N nodes
+        "  resources: {cpu: '1', memory: 1Gi}\n"
         "  scheduling:\n    nodeSelector: {type: kwok}\n"
         "    tolerations: [{key: kwok.x-k8s.io/node, operator: Exists, effect: NoSchedule}]\n"
         "  ttlSecondsAfterFinished: 900\n")
