@@ -171,10 +171,16 @@ def _restart(api: Any, pk: Any, pc: Any, ns: str, cache: str, tmp: Path, n: int,
         first = [p.metadata.name for p in pods(api, ns, sel)]
         started = time.monotonic()
         end_pods(api, ns, first, 137)  # retryable: each index gets a new pod
-        wait_running(api, ns, sel, n, timeout=900)
+        old = set(first)
+        while True:  # every index's new pod runs (none of the first still does)
+            running = {p.metadata.name for p in pods(api, ns, sel) if p.status.phase == "Running"}
+            if len(running - old) >= n and not running & old:
+                break
+            if time.monotonic() - started > 900:
+                raise BenchError(f"{len(running - old)} of {n} new pods Running after 900 s")
+            time.sleep(2)
         times["restarted"] = time.monotonic() - started
-        end_pods(api, ns, [p.metadata.name for p in pods(api, ns, sel)
-                           if p.status.phase == "Running"], 0)
+        end_pods(api, ns, sorted(running - old), 0)
         return Cost(0, 0, 0, 0)
 
     kubectl_wait = shlex.join(_kubectl(pc, ns, cache, "wait", "--for=condition=complete",
