@@ -104,14 +104,19 @@ def wait_running(api: Any, ns: str, selector: str, n: int, timeout: float = 600)
 
 
 def end_pods(api: Any, ns: str, names: Sequence[str], code: int) -> None:
-    """Annotate each pod: kwok ends it with exit code `code` (16 patches at a time)."""
+    """Annotate each pod: kwok ends it with exit code `code` (16 patches at a time; a pod
+    gone meanwhile is skipped)."""
     from kubernetes import client
 
     core = client.CoreV1Api(api)
     body = {"metadata": {"annotations": {EXIT: str(code)}}}
 
     def patch(name: str) -> None:
-        core.patch_namespaced_pod(name, ns, body, _request_timeout=60)
+        try:
+            core.patch_namespaced_pod(name, ns, body, _request_timeout=60)
+        except client.ApiException as e:
+            if e.status != 404:  # gone already (a failed job's other pods are deleted)
+                raise
 
     with ThreadPoolExecutor(16) as pool:
         list(pool.map(patch, names))
