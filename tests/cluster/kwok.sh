@@ -210,9 +210,12 @@ down() {
       awk '$3 ~ /^kwok-node-/')
     if [[ -n $pods ]]; then
       log "deleting $(wc -l <<<"$pods") pod(s) left on kwok nodes"
-      while read -r ns name _; do
-        kubectl_ -n "$ns" delete pod "$name" --grace-period=0 --force --wait=false >/dev/null 2>&1 || true
-      done <<<"$pods"
+      local ns
+      for ns in $(awk '{print $1}' <<<"$pods" | sort -u); do  # 200 pods a request
+        awk -v ns="$ns" '$1 == ns {print $2}' <<<"$pods" |
+          xargs -r -n 200 "$KUBECTL" --kubeconfig "$ETC/admin.kubeconfig" -n "$ns" delete pod \
+            --grace-period=0 --force --wait=false >/dev/null 2>&1 || true
+      done
     fi
     if [[ -n $(kubectl_ get nodes -l "$KWOK_LABEL" -o name) ]]; then
       log "deleting the kwok nodes"
