@@ -38,6 +38,7 @@ BENCHMARKS = {
     "watch": "bench.watch",
     "gpu": "bench.gpu",
     "scale": "bench.scale",
+    "scalekube": "bench.scalekube",
 }
 RESULTS = BENCH / "results.json"
 README = BENCH / "README.md"

@@ -135,16 +135,18 @@ class Client:
                observer: Observer | None = None,
                on_submitted: Callable[[Submission], None] | None = None,
                code: Packed | None = None, backend: str | None = None,
-               workdir: PathLike | None = None) -> Submission:
+               workdir: PathLike | None = None, all_nodes: bool = False) -> Submission:
         """Render `job` (a TrainingJob or a job file) and create it, all or nothing; with
         `wait`, follow it to its end (JobFailed if it fails, TimedOut after `timeout`).
 
         `dry_run="client"` renders only; `"server"` has the API server validate
         without persisting. `replace` deletes a kdist job of the same name first (one
         kdist did not make is a UsageError, nothing deleted). `code`
-        is a packed workdir; else `workdir`, else spec.workdir is packed here.
+        is a packed workdir; else `workdir`, else spec.workdir is packed here. The
+        watch follows the logs of nodes 0-31 (`all_nodes`: every node's).
         """
         checks.flag(wait, "wait")
+        checks.flag(all_nodes, "all_nodes")
         checks.flag(replace, "replace")
         checks.flag(logs, "logs")
         checks.choice(dry_run, "dry_run", (None, "client", "server"))
@@ -160,13 +162,15 @@ class Client:
             job, _ = self._job_and_code(job, backend, None, pack=False)
         return jobs.submit(self._conn, job, wait=wait, replace=replace, dry_run=dry_run,
                            timeout=timeout, logs=logs, observer=observer,
-                           on_submitted=on_submitted, code=code)
+                           on_submitted=on_submitted, code=code, all_nodes=all_nodes)
 
     def wait(self, name: str, *, timeout: float | None = None, logs: bool = False,
              tail: int | None = None, rank: int | None = None, check: bool = True,
-             observer: Observer | None = None) -> JobState:
-        """Follow job `name` to its end. `check`: raise JobFailed when it failed."""
+             observer: Observer | None = None, all_nodes: bool = False) -> JobState:
+        """Follow job `name` to its end. `check`: raise JobFailed when it failed. `logs`
+        follows `rank`'s log, else nodes 0-31's (`all_nodes`: every node's)."""
         checks.name(name)
+        checks.flag(all_nodes, "all_nodes")
         timeout = checks.seconds(timeout, "timeout")
         checks.flag(logs, "logs")
         checks.flag(check, "check")
@@ -174,7 +178,7 @@ class Client:
         rank = checks.count(rank, "rank", 0, checks.MAX_RANK)
         checks.observer(observer)
         return jobs.wait(self._conn, name, timeout=timeout, logs=logs, tail=tail, rank=rank,
-                         check=check, observer=observer)
+                         check=check, observer=observer, all_nodes=all_nodes)
 
     def status(self, name: str, *, tail: int = 2000) -> JobState:
         """Job `name` now: its phase, and per rank its pod, restarts and recent step/loss."""

@@ -23,8 +23,8 @@ from kdist.api.types import (
 )
 from kdist.kube import kinds
 from kdist.kube.connect.config import ClusterOptions, KubeConfig, resolve_namespace
-from kdist.shared import strictjson
 from kdist.shared.errors import ClusterError, JobFailed, OperatorMissing, TimedOut, UsageError
+from kdist.shared.limits import LOG_NODES
 from kdist.shared.terminal import escape
 
 if TYPE_CHECKING:
@@ -53,7 +53,7 @@ def submit(conn: Connection, job: TrainingJob, *, wait: bool = True, replace: bo
            dry_run: str | None = None, timeout: float | None = None, logs: bool = False,
            observer: Observer | None = None,
            on_submitted: Callable[[Submission], None] | None = None,
-           code: Packed | None = None) -> Submission:
+           code: Packed | None = None, all_nodes: bool = False) -> Submission:
     """Render `job` and create it, all or nothing; with `wait`, follow it to its end.
 
     `dry_run="client"` renders only (no cluster); `"server"` asks the API
@@ -61,7 +61,8 @@ def submit(conn: Connection, job: TrainingJob, *, wait: bool = True, replace: bo
     same name first (`Cluster.delete`: only kdist's) and waits until it is gone.
     `on_submitted` hears of the created objects before the wait. With `wait`, a
     failed job raises JobFailed and a passed `timeout` raises TimedOut (the job
-    keeps running). `code` is the packed workdir
+    keeps running). `all_nodes`: follow every node's log, not only nodes 0 to
+    `LOG_NODES` - 1 (``kdist.shared.limits``). `code` is the packed workdir
     (``kdist.rendering.workdir.pack_workdir``); without it, spec.workdir is
     packed here. Its ConfigMaps are created after the job, owned by it.
     """
@@ -96,7 +97,8 @@ def submit(conn: Connection, job: TrainingJob, *, wait: bool = True, replace: bo
         on_submitted(sub)
     if not wait or dry_run:
         return sub
-    state = follow(cluster, created[0], observer or Quiet(), logs=logs, timeout=timeout)
+    state = follow(cluster, created[0], observer or Quiet(), logs=logs, timeout=timeout,
+                   all_nodes=all_nodes)
     _check(state)
     return Submission(name, ns, created, warnings, replaced, None, state, notes)
 
@@ -180,8 +182,13 @@ def _restart_mode(cluster: Cluster, job: TrainingJob, notes: list[str]) -> str:
 
 def follow(cluster: Cluster, job: dict[str, Any], observer: Observer, *, logs: bool = True,
            tail: int | None = None, ranks: set[int] | None = None,
-           timeout: float | None = None, drain: float = 5.0) -> JobState:
-    """Watch `job` (its API object) to its end, reporting to `observer`; TimedOut on timeout."""
+           timeout: float | None = None, drain: float = 5.0,
+           all_nodes: bool = False) -> JobState:
+    """Watch `job` (its API object) to its end, reporting to `observer`; TimedOut on timeout.
+
+    With `logs`, the logs of `ranks` (node indices) are followed; None: nodes 0 to
+    LOG_NODES - 1, or every node with `all_nodes` (one connection and thread each)."""
+    from kdist.api.ledgerkeeper import LedgerKeeper
     from kdist.kube.watch.reflector import Session
     from kdist.kube.watch.sources import job_sources
     from kdist.kube.watch.tracker import Tracker
@@ -189,6 +196,11 @@ def follow(cluster: Cluster, job: dict[str, Any], observer: Observer, *, logs: b
     meta = job["metadata"]
     tracker = Tracker(meta["name"], meta["namespace"])
     first = tracker.job_event("ADDED", job)  # its notes: said once, here (kube.watch.tracker)
+    if logs and ranks is None and not all_nodes:
+        ranks = set(range(LOG_NODES))
+        if (tracker.state.nodes or 0) > LOG_NODES:
+            first.append(f"logs: following nodes 0-{LOG_NODES - 1} of "
+                         f"{tracker.state.nodes} (--all-nodes: every one)")
     sources = job_sources(cluster, job)
     session = Session(tracker, sources, logs=logs, tail=tail, ranks=ranks)
     deadline = time.monotonic() + timeout if timeout else None
@@ -220,34 +232,6 @@ def follow(cluster: Cluster, job: dict[str, Any], observer: Observer, *, logs: b
     return state
 
 
-class LedgerKeeper:
-    """Writes the watch's goodput ledger onto the job (``kdist.shared.ledger``) when it
-    changes, so that any client reads it; a cluster that refuses (no patch permission)
-    is told of once, and the watch goes on."""
-
-    def __init__(self, cluster: Cluster, job: dict[str, Any], observer: Observer) -> None:
-        self.cluster, self.job, self.observer = cluster, job, observer
-        self.written, self.off = 0, False
-
-    def keep(self, tracker: Any, final: bool = False) -> None:
-        from kdist.shared.errors import KdistError
-        from kdist.shared.ledger import ANNOTATION
-
-        ledger = tracker.ledger
-        if final and ledger.restarts:
-            tracker.ledger_changed()
-            ledger.version += 1
-        if self.off or ledger.version == self.written or tracker.state.ledger is None:
-            return
-        self.written = ledger.version
-        try:
-            self.cluster.annotate(self.job, {ANNOTATION: strictjson.dumps(
-                tracker.state.ledger, separators=(",", ":"))})
-        except KdistError as e:
-            self.off = True
-            self.observer.warning(f"the goodput ledger is not kept on the job: {e}")
-
-
 def timeout_line(state: JobState, timeout: float) -> str:
     waiting = [f"{state.unit} {r.rank} {r.phase}" + (f" ({r.reason})" if r.reason else "")
                for r in sorted(state.ranks.values(), key=lambda r: r.rank)
@@ -264,14 +248,15 @@ def _check(state: JobState) -> None:
 
 def wait(conn: Connection, name: str, *, timeout: float | None = None, logs: bool = False,
          tail: int | None = None, rank: int | None = None, check: bool = True,
-         observer: Observer | None = None) -> JobState:
-    """Follow job `name` to its end. `check`: raise JobFailed when it failed."""
+         observer: Observer | None = None, all_nodes: bool = False) -> JobState:
+    """Follow job `name` to its end. `check`: raise JobFailed when it failed. `logs`
+    follows `rank`'s log, else nodes 0 to LOG_NODES - 1 (`all_nodes`: every one)."""
     cluster, ns = conn.cluster(), conn.namespace()
     job = cluster.get_job(name, ns)
     _check_rank(job, rank)
     state = follow(cluster, job, observer or Quiet(), logs=logs, tail=tail,
                    ranks=None if rank is None else {rank}, timeout=timeout,
-                   drain=15.0 if logs else 5.0)
+                   drain=15.0 if logs else 5.0, all_nodes=all_nodes)
     if check:
         _check(state)
     return state
@@ -300,6 +285,7 @@ def tracked(cluster: Cluster, job: dict[str, Any]) -> Any:
 
 def status(conn: Connection, name: str, *, tail: int = 2000) -> JobState:
     """Job `name` now: its phase, and per rank its pod, restarts and recent step/loss."""
+    from kdist.api.statuslogs import read_step_logs
     from kdist.shared.errors import KdistError
 
     cluster, ns = conn.cluster(), conn.namespace()
@@ -312,14 +298,7 @@ def status(conn: Connection, name: str, *, tail: int = 2000) -> JobState:
             tracker.gang_event(podgroup)
     except KdistError as e:  # not this user's to read (403): the rest of the job still is
         tracker.state.gang_status, tracker.state.gang_message = "unreadable", str(e)
-    for r in tracker.state.ranks.values():
-        if r.pod and tracker.pod_started(r.pod):
-            try:
-                lines = cluster.read_log(r.pod, ns, tail=tail)
-            except KdistError:
-                continue  # a log that cannot be read leaves step/loss unknown
-            for line in lines:
-                tracker.log_line(r.pod, line, live=False)  # a tail: no clock
+    read_step_logs(cluster, tracker, ns, tail)  # a bounded number of logs, a few at once
     return tracker.state
 
 

@@ -77,24 +77,26 @@ def submit(job: TrainingJob | PathLike, *, wait: bool = True, replace: bool = Fa
            observer: Observer | None = None,
            on_submitted: Callable[[Submission], None] | None = None,
            code: Packed | None = None, backend: str | None = None,
-           workdir: PathLike | None = None, kubeconfig: PathLike | None = None,
+           workdir: PathLike | None = None, all_nodes: bool = False,
+           kubeconfig: PathLike | None = None,
            context: str | None = None, namespace: str | None = None,
            request_timeout: float | None = None) -> Submission:
     return client(kubeconfig, context, namespace, request_timeout).submit(
         job, wait=wait, replace=replace, dry_run=dry_run, timeout=timeout, logs=logs,
         observer=observer, on_submitted=on_submitted, code=code, backend=backend,
-        workdir=workdir)
+        workdir=workdir, all_nodes=all_nodes)
 
 
 @_like(Client.wait)
 def wait(name: str, *, timeout: float | None = None, logs: bool = False,
          tail: int | None = None, rank: int | None = None, check: bool = True,
-         observer: Observer | None = None, kubeconfig: PathLike | None = None,
+         observer: Observer | None = None, all_nodes: bool = False,
+         kubeconfig: PathLike | None = None,
          context: str | None = None, namespace: str | None = None,
          request_timeout: float | None = None) -> JobState:
     return client(kubeconfig, context, namespace, request_timeout).wait(
         name, timeout=timeout, logs=logs, tail=tail, rank=rank, check=check,
-        observer=observer)
+        observer=observer, all_nodes=all_nodes)
 
 
 @_like(Client.status)

@@ -98,6 +98,9 @@ def _selector(ctx: click.Context, param: click.Parameter, value: str) -> str:
 @click.option("-f", "--follow", is_flag=True,
               help="While waiting, also print every pod's log lines ([rank N] prefix; [node N] "
                    "when a pod runs several ranks).")
+@click.option("--all-nodes", is_flag=True,
+              help="Follow every node's log (for its steps, and with -f its lines), not only "
+                   "nodes 0-31: a connection each.")
 @click.option("--dry-run", type=click.Choice(["client", "server"]), is_flag=False,
               flag_value="client", default=None,
               help="client: print the objects that would be sent; server: send them with "
@@ -111,8 +114,8 @@ def _selector(ctx: click.Context, param: click.Parameter, value: str) -> str:
 @workdir_option
 @cluster_options
 def submit(opts: ClusterOptions, files: tuple[str, ...], wait: bool, follow: bool,
-           dry_run: str | None, replace: bool, backend: str | None, timeout: float | None,
-           workdir: str | None) -> None:
+           all_nodes: bool, dry_run: str | None, replace: bool, backend: str | None,
+           timeout: float | None, workdir: str | None) -> None:
     """Validate, render and create the job of each FILE ('-': standard input), then watch
     to the end.
 
@@ -132,12 +135,13 @@ def submit(opts: ClusterOptions, files: tuple[str, ...], wait: bool, follow: boo
     if len(files) > 1:
         _submit_many(opts, files, wait, follow, dry_run, replace, backend, timeout, workdir)
         return
-    _submit_one(opts, files[0], wait, follow, dry_run, replace, backend, timeout, workdir)
+    _submit_one(opts, files[0], wait, follow, dry_run, replace, backend, timeout, workdir,
+                all_nodes)
 
 
 def _submit_one(opts: ClusterOptions, file: str, wait: bool, follow: bool, dry_run: str | None,
                 replace: bool, backend: str | None, timeout: float | None,
-                workdir: str | None) -> None:
+                workdir: str | None, all_nodes: bool = False) -> None:
     from kdist import api
     from kdist.api import to_yaml
     from kdist.cli.main import load, pack_code
@@ -197,7 +201,8 @@ def _submit_one(opts: ClusterOptions, file: str, wait: bool, follow: bool, dry_r
         if replace and dry_run is None:
             ledger.replace(job)
         sub = api.submit(job, wait=wait, dry_run=dry_run, logs=True, timeout=timeout,
-                         observer=display, on_submitted=said, code=code, **ledger.target(ns))
+                         observer=display, on_submitted=said, code=code, all_nodes=all_nodes,
+                         **ledger.target(ns))
     if dry_run == "client":
         from kdist.cli.main import say_pod_security
 

@@ -36,12 +36,14 @@ from kdist.shared.terminal import log_for
 @click.option("-f", "--follow", is_flag=True,
               help="Wait through Pending, follow every node across restarts, end with the job "
                    "(exit 1 if it failed).")
+@click.option("--all-nodes", is_flag=True,
+              help="With -f: follow every node, not only nodes 0-31 (a connection each).")
 @click.option("--tail", type=click.IntRange(min=0, max=10_000_000),
               help="Start from the last N lines of each log.")
 @cluster_options
 @name_or_file(short=False)
 def logs(opts: ClusterOptions, name: str, node: int | None, rank: int | None, follow: bool,
-         tail: int | None) -> None:
+         all_nodes: bool, tail: int | None) -> None:
     """Print the logs of job NAME, each pod's lines prefixed with `[rank N] `.
 
     "rank" is torch's RANK: with procsPerNode > 1 a pod (a node) runs several
@@ -68,7 +70,7 @@ def logs(opts: ClusterOptions, name: str, node: int | None, rank: int | None, fo
                                                                       s.procs_per_node))
             with _watching(name, api.namespace(**_opts(opts))):
                 api.wait(name, logs=True, tail=tail, rank=chosen, observer=display,
-                         **_opts(opts))
+                         all_nodes=all_nodes, **_opts(opts))
             return
         # Streamed, not `api.rank_logs`' lists: a log of any size, as kubectl prints it.
         entries = rank_log_streams(Connection(target(**_opts(opts))), name, rank=chosen,

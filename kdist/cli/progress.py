@@ -21,13 +21,17 @@ from collections.abc import Callable
 from typing import IO, TYPE_CHECKING, Any
 
 from kdist.api.types import parse_time
+from kdist.cli.cells import _loss_text, _phase_text, _step_text, ranks_shown, shown
+from kdist.cli.livetable import progress_table
 from kdist.shared.terminal import escape, escape_log, log_for
 
 if TYPE_CHECKING:
-    from kdist.api.types import JobState, RankState
+    from kdist.api.types import JobState
 
 SPARK = "▁▂▃▄▅▆▇█"
 STEP_EVERY = 5.0  # seconds between plain progress lines that only report a new step
+BIG_JOB = 64  # ranks: past this, the plain display looks at them UPDATE_HZ times a second
+UPDATE_HZ = 4.0
 
 
 def sparkline(values: list[float], width: int = 24) -> str:
@@ -60,39 +64,11 @@ def job_elapsed(state: JobState, now: float | None = None) -> float | None:
     return (end or now or time.time()) - start
 
 
-def _step_text(r: RankState, max_steps: int | None) -> str:
-    if r.step is None:
-        return "-"
-    return f"{r.step}/{max_steps}" if max_steps else str(r.step)
-
-
-def _loss_text(r: RankState) -> str:
-    return "-" if r.loss is None else f"{r.loss:.4g}"
-
-
-def _phase_text(r: RankState, state: JobState | None = None) -> str:
-    phase = state.rank_phase(r) if state is not None else r.phase
-    return f"{phase} ({r.reason})" if r.reason and r.reason not in (phase, "Completed") \
-        else phase
-
-
 def _is_tty(stream: IO[str]) -> bool:
     try:
         return stream.isatty()
     except (AttributeError, ValueError):
         return False
-
-
-def shown(value: object, style: str = "") -> Any:
-    """A rich Text of `value`, escaped: never read as markup, emoji codes or control codes."""
-    from rich.text import Text
-
-    return Text(escape(value), style=style)
-
-
-def ranks_shown(state: JobState) -> bool:
-    """Whether a "ranks" column says which torch ranks each node holds (procsPerNode > 1)."""
-    return (state.procs_per_node or 1) > 1
 
 
 class PlainDisplay:
@@ -108,6 +84,8 @@ class PlainDisplay:
         self.started = time.monotonic()
         self._last: dict[int, tuple[Any, int | None, float]] = {}
         self.unit = "rank"  # as JobState's default (procsPerNode 1) until the job says
+        self._pending: JobState | None = None  # a big job's state not looked at yet
+        self._passed = 0.0  # when update() last looked at every rank
 
     def _print(self, line: str, err: bool = False) -> None:
         """A line of kdist's own (escaped: it holds the cluster's names and words)."""
@@ -126,6 +104,14 @@ class PlainDisplay:
     def update(self, state: JobState) -> None:
         self.unit = state.unit
         now = time.monotonic()
+        if len(state.ranks) > BIG_JOB:
+            # Each event looks at every rank: at 1,000 ranks a pass costs ~0.7 ms and a
+            # gang's thousands of events would cost seconds. A big job's changes are
+            # printed as seen at most UPDATE_HZ times a second (tick and stop catch up).
+            self._pending = state
+            if now - self._passed < 1 / UPDATE_HZ:
+                return
+            self._passed, self._pending = now, None
         elapsed = duration(now - self.started)
         for r in sorted(state.ranks.values(), key=lambda r: r.rank):
             key = (r.pod, _phase_text(r), r.restarts)
@@ -147,7 +133,12 @@ class PlainDisplay:
             self._print(line)
 
     def tick(self, state: JobState) -> None:
-        pass
+        self._catch_up()
+
+    def _catch_up(self) -> None:
+        if self._pending is not None:
+            self._passed = 0.0
+            self.update(self._pending)
 
     def warning(self, text: str) -> None:
         self._print(f"warning: {text}", err=True)
@@ -161,7 +152,7 @@ class PlainDisplay:
         self._print_log("", line)
 
     def stop(self) -> None:
-        pass
+        self._catch_up()
 
 
 class LogDisplay(PlainDisplay):
@@ -229,7 +220,9 @@ class LiveDisplay(PlainDisplay):
         s = self._state
         title = (f"{s.kind or 'job'} {s.namespace}/{s.name}: {s.phase}, {elapsed}{pace(s)}"
                  f"{restarts_text(s, ', ')}")
-        self.live.update(progress_table(s, title=title), refresh=True)
+        # As many rows as the terminal shows: rich lays a 1,000-row table out in ~1.3 s.
+        rows = max(8, self.live.console.size.height - 4)
+        self.live.update(progress_table(s, title=title, max_rows=rows), refresh=True)
 
     def _print(self, line: str, err: bool = False) -> None:
         self.live.console.print(shown(line, style="yellow" if err else ""), soft_wrap=True)
@@ -283,31 +276,9 @@ def restarts_text(state: JobState, sep: str) -> str:
     return f"{sep}restart {done}{limit}{how}"
 
 
-def progress_table(state: JobState, title: str) -> Any:
-    from rich.progress_bar import ProgressBar
-    from rich.table import Table
-
-    table = Table(title=shown(title), title_justify="left", box=None, pad_edge=False)
-    held = ranks_shown(state)
-    for col in (state.unit, *(["ranks"] if held else []), "pod", "phase", "restarts", "step",
-                "", "loss"):
-        table.add_column(col, no_wrap=True)
-    for r in sorted(state.ranks.values(), key=lambda r: r.rank):
-        bar: Any = ""
-        if state.max_steps and r.step is not None:
-            bar = ProgressBar(total=state.max_steps, completed=min(r.step, state.max_steps),
-                              width=20)
-        table.add_row(shown(r.rank), *([shown(state.ranks_of(r.rank))] if held else []),
-                      shown(r.pod or "-"), shown(_phase_text(r, state)),
-                      shown(r.restarts), shown(_step_text(r, state.max_steps)), bar,
-                      shown(_loss_text(r)))
-    return table
-
-
 def print_status(state: JobState) -> None:
     """`kdist status`: the job's line, then a table per rank with a loss sparkline."""
     from rich.console import Console
-    from rich.table import Table
 
     console = Console(width=None if _is_tty(sys.stdout) else 200, highlight=False)
     head = (f"{state.kind} {state.namespace}/{state.name}: {state.phase}  "
@@ -335,18 +306,17 @@ def print_status(state: JobState) -> None:
         said = f": {bad.said}" if bad.said else ""
         console.print(shown(f"restarted after {state.unit} {bad.rank} (pod {bad.pod}) exited "
                             f"with code {bad.exit_code}{said}"))
-    table = Table(box=None, pad_edge=False)
+    from kdist.cli.columns import columns
+
     held = ranks_shown(state)
     # HOST: the Kubernetes node the pod runs on ("node" is kdist's word for a pod).
-    for col in (state.unit.upper(), *(["RANKS"] if held else []), "POD", "PHASE", "RESTARTS",
-                "STEP", "LOSS", "LOSS HISTORY", "HOST"):
-        table.add_column(col, no_wrap=True)
-    for r in sorted(state.ranks.values(), key=lambda r: r.rank):
-        table.add_row(*(shown(cell) for cell in (
-            r.rank, *([state.ranks_of(r.rank)] if held else []), r.pod or "-",
-            _phase_text(r, state), r.restarts, _step_text(r, state.max_steps), _loss_text(r),
-            sparkline(r.losses), r.node or "-")))
-    console.print(table)
+    headers = (state.unit.upper(), *(["RANKS"] if held else []), "POD", "PHASE", "RESTARTS",
+               "STEP", "LOSS", "LOSS HISTORY", "HOST")
+    rows = [(r.rank, *([state.ranks_of(r.rank)] if held else []), r.pod or "-",
+             _phase_text(r, state), r.restarts, _step_text(r, state.max_steps), _loss_text(r),
+             sparkline(r.losses), r.node or "-")
+            for r in sorted(state.ranks.values(), key=lambda r: r.rank)]
+    console.file.write("".join(line + "\n" for line in columns(headers, rows)))
     spares = [f"spare in slot {slot}: {what}" for slot, what in sorted(state.spares.items())]
     for line in [*spares, *ledger_lines(state.ledger), *(f"note: {n}" for n in state.notes)]:
         console.print(shown(line))

@@ -15,6 +15,13 @@ MAX_PROCS_PER_NODE = 64
 #: in every namespace stays far below), and the longest watch event line.
 MAX_ANSWER_BYTES = 128 << 20
 MAX_EVENT_BYTES = 16 << 20
+#: How many nodes' logs a watch follows (`submit --wait`, `wait`, `logs -f`) and `status`
+#: reads, unless told otherwise (--all-nodes, --node): every log of a 1,000-node job is
+#: 1,000 connections and threads (a watch) or 1,000 requests (a status). Nodes 0 to
+#: LOG_NODES - 1 are the ones followed; `status` reads the failed ones first.
+LOG_NODES = 32
+#: How many logs `status` reads at a time.
+STATUS_LOG_READERS = 8
 
 # Shipped code (spec.workdir): the packer (``kdist.rendering.workdir``) refuses what the
 # launcher's unpacker (``kdist.runtime.workdir``) would, against these same numbers, so a

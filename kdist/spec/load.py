@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import difflib
 import os
-import stat
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +12,7 @@ from pydantic import BaseModel, ValidationError
 
 from kdist import backends
 from kdist.shared.errors import SpecError
+from kdist.shared.readfile import read_bounded
 from kdist.spec import workloads as W
 from kdist.spec.checks import ENV_NAME
 from kdist.spec.launchers import launcher_problem
@@ -107,25 +107,6 @@ def workdir_as_written(path: str | Path) -> str | None:
         return None
     base = str(path.parent)
     return workdir if os.path.isabs(workdir) or base in ("", ".") else os.path.join(base, workdir)
-
-
-def read_bounded(path: str | os.PathLike[str], limit: int) -> bytes:
-    """A regular file's first `limit` + 1 bytes; ValueError for anything that is not one.
-
-    Opened non-blocking and checked with fstat before reading: a FIFO or a
-    device would otherwise block or never end.
-    """
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    try:
-        mode = os.fstat(fd).st_mode
-        if stat.S_ISDIR(mode):
-            raise ValueError("is a directory, not a file")
-        if not stat.S_ISREG(mode):
-            raise ValueError("is not a regular file (a FIFO, socket or device?)")
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            return f.read(limit + 1)
-    finally:
-        os.close(fd)
 
 
 def parse_job(data: bytes | str, source: str = "<job>") -> TrainingJob:

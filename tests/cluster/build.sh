@@ -2,7 +2,7 @@
 # Builds (once, cached by version) every Go component of the test cluster:
 # kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kubectl,
 # etcd, CoreDNS, the Kubeflow training operator, Kueue, the JobSet controller,
-# Kubeflow Trainer v2, crictl and kdist-initwait.
+# Kubeflow Trainer v2, kwok (the scale tests' fake nodes), crictl and kdist-initwait.
 # Idempotent: a binary that already exists for the pinned version is not
 # rebuilt. Usage: build.sh [COMPONENT...]   (default: all of them)
 set -euo pipefail
@@ -88,49 +88,49 @@ build_initwait() {
   mv "$out.tmp" "$out"
 }
 
-# The JobSet controller (sigs.k8s.io/jobset, JOBSET_VERSION): its main package
-# is the module root. Built like Kueue: go get, so the go line follows
-# JobSet's own minimum (go 1.26.0); its go.mod has no replace directives.
-build_jobset() {
-  local module=sigs.k8s.io/jobset out=$BIN/jobset-$JOBSET_VERSION
-  [[ -x $out ]] && { log "jobset $JOBSET_VERSION cached"; return; }
-  log "building jobset $JOBSET_VERSION"
-  local dir=$CACHE/src/jobset commit
+# A module whose go.mod has no replace directives, built with `go get` so that the wrapper's
+# go line follows the module's own minimum (JobSet and kwok: go 1.26.0). Its commit (from
+# the module proxy's Origin) goes into the version ldflags the caller names.
+build_goget() {  # build_goget NAME MODULE VERSION PACKAGE [LDFLAGS_WITH_@COMMIT@]
+  local name=$1 module=$2 version=$3 pkg=$4 ldv=${5:-}
+  local out=$BIN/$name-$version
+  [[ -x $out ]] && { log "$name $version cached"; return; }
+  log "building $name $version"
+  local dir=$CACHE/src/$name commit
   mkdir -p "$dir"
-  commit=$(go mod download -json "$module@$JOBSET_VERSION" |
+  commit=$(go mod download -json "$module@$version" |
     python3 -c 'import json,sys; print((json.load(sys.stdin).get("Origin") or {}).get("Hash", "unknown"))')
-  local ld="-s -w -X $module/pkg/version.GitVersion=$JOBSET_VERSION -X $module/pkg/version.GitCommit=$commit"
+  local ld="-s -w ${ldv//@COMMIT@/$commit}"
   (
     cd "$dir"
-    printf 'module kdist.local/jobset\n\ngo 1.24\n' > go.mod
-    printf '//go:build tools\n\npackage tools\n\nimport _ "%s"\n' "$module" > tools.go
-    go get "$module@$JOBSET_VERSION" >/dev/null
+    printf 'module kdist.local/%s\n\ngo 1.24\n' "$name" > go.mod
+    printf '//go:build tools\n\npackage tools\n\nimport _ "%s"\n' "$pkg" > tools.go
+    go get "$module@$version" >/dev/null
     go mod tidy -e >/dev/null 2>&1 || true
-    go build -trimpath -ldflags "$ld" -o "$out.tmp" "$module"
+    go build -trimpath -ldflags "$ld" -o "$out.tmp" "$pkg"
   )
   mv "$out.tmp" "$out"
 }
 
-# Kubeflow Trainer v2 (github.com/kubeflow/trainer/v2, TRAINER_VERSION): its
-# controller manager, cmd/trainer-controller-manager. Built like the JobSet
-# controller (go get: go 1.26.0, no replace directives; it builds on JobSet v0.12.0,
-# the version this cluster runs).
+# The JobSet controller (sigs.k8s.io/jobset, JOBSET_VERSION): its main package
+# is the module root.
+build_jobset() {
+  local module=sigs.k8s.io/jobset
+  build_goget jobset "$module" "$JOBSET_VERSION" "$module" \
+    "-X $module/pkg/version.GitVersion=$JOBSET_VERSION -X $module/pkg/version.GitCommit=@COMMIT@"
+}
+
+# kwok (sigs.k8s.io/kwok, KWOK_VERSION): fake nodes and pods for the scale tests
+# (tests/cluster/kwok.sh). Its version is a constant of its module; nothing to set.
+build_kwok() {
+  build_goget kwok sigs.k8s.io/kwok "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok
+}
+
+# Kubeflow Trainer v2 (github.com/kubeflow/trainer/v2, TRAINER_VERSION): its controller
+# manager (cmd/trainer-controller-manager); it builds on JobSet v0.12.0, this cluster's.
 build_trainer() {
-  local module=github.com/kubeflow/trainer/v2 out=$BIN/trainer-$TRAINER_VERSION
-  local pkg=github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager
-  [[ -x $out ]] && { log "trainer $TRAINER_VERSION cached"; return; }
-  log "building trainer $TRAINER_VERSION"
-  local dir=$CACHE/src/trainer
-  mkdir -p "$dir"
-  (
-    cd "$dir"
-    printf 'module kdist.local/trainer\n\ngo 1.24\n' > go.mod
-    printf '//go:build tools\n\npackage tools\n\nimport _ "%s"\n' "$pkg" > tools.go
-    go get "$module@$TRAINER_VERSION" >/dev/null
-    go mod tidy -e >/dev/null 2>&1 || true
-    go build -trimpath -ldflags "-s -w" -o "$out.tmp" "$pkg"
-  )
-  mv "$out.tmp" "$out"
+  build_goget trainer github.com/kubeflow/trainer/v2 "$TRAINER_VERSION" \
+    github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager
 }
 
 build_simple() {  # build_simple NAME MODULE VERSION PACKAGE
@@ -150,7 +150,7 @@ build_simple() {  # build_simple NAME MODULE VERSION PACKAGE
   mv "$out.tmp" "$out"
 }
 
-want=${*:-etcd coredns operator kueue jobset trainer crictl initwait kubernetes}
+want=${*:-etcd coredns operator kueue jobset trainer kwok crictl initwait kubernetes}
 for what in $want; do
   case $what in
     kubernetes) build_kubernetes ;;
@@ -161,6 +161,7 @@ for what in $want; do
     kueue) build_kueue ;;
     jobset) build_jobset ;;
     trainer) build_trainer ;;
+    kwok) build_kwok ;;
     crictl) build_simple crictl sigs.k8s.io/cri-tools "$CRICTL_VERSION" sigs.k8s.io/cri-tools/cmd/crictl ;;
     initwait) build_initwait ;;
     *) echo "build.sh: unknown component $what" >&2; exit 2 ;;

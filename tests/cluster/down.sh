@@ -67,6 +67,7 @@ main() {
   require_root
   [[ -d $STATE ]] || { log "no cluster state in $STATE: nothing to do"; return 0; }
   take_lock
+  stop_daemon kwok  # the scale tests' fake nodes (kwok.sh), if a test left it running
   stop_kueue
   stop_trainer
   stop_jobset

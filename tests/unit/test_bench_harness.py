@@ -122,3 +122,21 @@ def test_a_benchmark_this_machine_cannot_run_is_skipped(
     assert figure["value"] is None
     assert figure["skipped"] == "skipped: no cluster: .cluster/kubeconfig does not exist"
     assert "FAILED" not in capsys.readouterr().err
+
+
+def test_the_kwok_job_lands_on_fake_nodes_only():
+    """bench/kwok.py's job (the scale benchmark's and tests/e2e/test_scale_kwok.py's) is a
+    valid kdist job whose pods select kwok's nodes, tolerate their taint, and carry the
+    label kwok's stage ends them by (tests/cluster/kwok.sh)."""
+    from bench import kube
+    from bench.kwok import RUN_FOR, job_text
+
+    objs = kube.rendered(job_text("wide", "ns", nodes=1000, run_for="20s", gang="native"))
+    job = next(o for o in objs if o["kind"] == "Job")
+    pod = job["spec"]["template"]
+    assert pod["spec"]["nodeSelector"] == {"type": "kwok"}
+    assert {"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"} in \
+        pod["spec"]["tolerations"]
+    assert pod["metadata"]["labels"][RUN_FOR] == "20s"
+    assert job["spec"]["completions"] == 1000
+    assert any(o["kind"] == "PodGroup" for o in objs)

@@ -152,7 +152,7 @@ def resolve_namespace(opts: ClusterOptions, job_namespace: str | None,
 
 
 def _read(path: str) -> dict[str, Any]:
-    from kdist.spec.load import read_bounded
+    from kdist.shared.readfile import read_bounded
     from kdist.spec.yamlsafe import YamlProblem, load_document
 
     try:

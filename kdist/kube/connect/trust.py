@@ -69,7 +69,7 @@ def _read_ca(path: str, where: str) -> bytes:
 def read_capped(path: str, cap: int, where: str) -> bytes:
     """A kubeconfig's file (a CA, a token file), read bounded: a UsageError naming `where`
     when it cannot be read or is larger than `cap` bytes."""
-    from kdist.spec.load import read_bounded
+    from kdist.shared.readfile import read_bounded
 
     try:
         data = read_bounded(path, cap)

@@ -18,16 +18,41 @@ from kdist.kube.watch.objects import (
 )
 from kdist.shared import exitcodes
 
-#: The keys of the warnings said already (one tracker's).
-Warned = set[tuple[Any, ...]]
+#: Warnings said one pod at a time, by kind (a key's first item), at most this many of each:
+#: a 1,000-pod gang that restarts has 1,000 pods exit together, and 1,000 lines would bury
+#: the one that matters. The state (`kdist status`, the failure line) keeps every rank's.
+PER_POD_KINDS = frozenset({"node-lost", "evicted", "config", "crashloop", "oom", "restart",
+                           "exit"})
+MAX_PER_KIND = 8
 
 
-def once(warned: Warned, key: tuple[Any, ...], text: str) -> list[str]:
-    """[text] the first time `key` is seen, [] after."""
+class Warned(set[tuple[Any, ...]]):
+    """The keys of the warnings said already (one tracker's), and how many of each
+    per-pod kind were said and held back."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.said: dict[str, int] = {}
+        self.held: dict[str, int] = {}
+
+
+def once(warned: set[tuple[Any, ...]], key: tuple[Any, ...], text: str) -> list[str]:
+    """[text] the first time `key` is seen, [] after; past MAX_PER_KIND of a per-pod
+    kind, one line that says the rest are held back, then nothing."""
     if key in warned:
         return []
     warned.add(key)
-    return [text]
+    kind = key[0] if key else None
+    if not isinstance(warned, Warned) or kind not in PER_POD_KINDS:
+        return [text]
+    if warned.said.get(kind, 0) < MAX_PER_KIND:
+        warned.said[kind] = warned.said.get(kind, 0) + 1
+        return [text]
+    warned.held[kind] = warned.held.get(kind, 0) + 1
+    if warned.held[kind] > 1:
+        return []
+    return [f"more pods than {MAX_PER_KIND} warn alike ({kind}): the others are not said one "
+            "by one; `kdist status` shows every rank"]
 
 
 def pod_warnings(warned: Warned, unit: str, pod: dict[str, Any], v: PodView) -> list[str]:
@@ -108,7 +133,8 @@ def container_warnings(warned: Warned, cs: dict[str, Any], v: PodView, who: str,
         said = v.last_exit[2] if v.last_exit and name == "pytorch" else ""
         exited = exit_warning(warned, last_term, v, name, who, said)
         if exited:
-            out.append(f"{exited[0]}; restarted ({restarts}x)")
+            out.append(exited[0] if exited[0].startswith("more pods than") else
+                       f"{exited[0]}; restarted ({restarts}x)")
             warned.add(("restart", v.uid, name, restarts))
         else:
             out += once(warned, ("restart", v.uid, name, restarts),

@@ -53,7 +53,7 @@ class Tracker:
         self._pods: dict[str, PodView] = {}  # uid -> latest view
         self._by_name: dict[str, str] = {}  # pod name -> uid
         self._rank_pods: dict[int, set[str]] = {}  # rank -> every pod uid seen for it
-        self._warned: Warned = set()
+        self._warned = Warned()
         # (pod uid, when its container ended) of the exits already in state.failures
         self._failed: set[tuple[str, str]] = set()
         self._retried: dict[str, int] = {}  # per pod: the retryable exits the ledger counted
