@@ -67,7 +67,7 @@ def test_the_rank_named_is_the_one_that_hung_not_the_one_waiting(tmp_path, nodes
     would blame rank 0, which waits in all_reduce. The ranks' stacks tell them apart,
     on every node (the nodes tell each other through the store)."""
     job = write_job(tmp_path, "hang", nodes=nodes, procsPerNode=procs, distributed={
-        "progressTimeoutSeconds": 6, "collectiveTimeoutSeconds": 300, "maxRestarts": 1,
+        "progressTimeoutSeconds": 12, "collectiveTimeoutSeconds": 300, "maxRestarts": 1,
         "warmWorkers": warm})
     with KdistRun(job, tmp_path) as run:
         run.wait_for(RESTART, timeout=90)
@@ -97,7 +97,7 @@ def test_the_rank_named_is_the_one_that_hung_not_the_one_waiting_in_ddps_backwar
     rank 1 printed last. Their counts of collectives started tell them apart: rank 0
     started one more, the one rank 1 never reached (the nodes tell each other theirs)."""
     job = write_job(tmp_path, "hang-ddp", nodes=nodes, procsPerNode=procs, distributed={
-        "progressTimeoutSeconds": 6, "collectiveTimeoutSeconds": 300, "maxRestarts": 1,
+        "progressTimeoutSeconds": 12, "collectiveTimeoutSeconds": 300, "maxRestarts": 1,
         "warmWorkers": warm})
     with KdistRun(job, tmp_path) as run:
         run.wait_for(RESTART, timeout=90)
