@@ -195,6 +195,17 @@ class PgTimeoutFinder:
         return spec
 
 
+def _serve(fd: str, environ: Any) -> None:
+    """Rank 0 serves torch's store on the launcher's master-port socket (fd), if given."""
+    if not fd:
+        return
+    try:
+        serve_store(int(fd), environ)
+    except Exception as e:  # the script fails in init_process_group, not here
+        print(f"kdist: sitecustomize: cannot serve the store on the master port: "
+              f"{type(e).__name__}: {e}", file=sys.stderr)
+
+
 def install(environ: Any = os.environ) -> None:
     seconds = (environ.get(PG_TIMEOUT) or "").strip()
     timeout = timedelta(seconds=int(seconds)) if seconds else None
@@ -206,12 +217,7 @@ def install(environ: Any = os.environ) -> None:
             count_collectives(counts)
         if timeout is not None:
             patch(module, timeout)
-        if fd:
-            try:
-                serve_store(int(fd), environ)
-            except Exception as e:  # the script fails in init_process_group, not here
-                print(f"kdist: sitecustomize: cannot serve the store on the master port: "
-                      f"{type(e).__name__}: {e}", file=sys.stderr)
+        _serve(fd, environ)
 
     hooks: dict[str, Any] = {}
     if timeout is not None or fd or counts:
@@ -312,12 +318,7 @@ def became_worker(environ: Any) -> None:
     counts = environ.pop(COUNTS, None)
     if counts:
         count_collectives(counts)
-    if fd:
-        try:
-            serve_store(int(fd), environ)
-        except Exception as e:  # the script fails in init_process_group, not here
-            print(f"kdist: sitecustomize: cannot serve the store on the master port: "
-                  f"{type(e).__name__}: {e}", file=sys.stderr)
+    _serve(fd, environ)
 
 
 def _end_group() -> None:
