@@ -99,7 +99,7 @@ class JobProgress:
         if self._store is None:
             store = StoreClient(self.plan.master_addr, self.plan.master_port,
                                 timeout=self._timeout)
-            if self.plan.spares and self._answered:  # back after a silence: still a member?
+            if self.plan.tracks_members and self._answered:  # back after a silence: still a member?
                 try:
                     why = spares.superseded(store, self.plan)
                 except BaseException:
