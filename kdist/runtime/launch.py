@@ -270,8 +270,9 @@ def _meet(plan: LaunchPlan, listener: socket.socket | None, started: float,
     brought (``rendezvous.meet``); ``lost``: the node ranks this one found lost."""
     mine = plan.restart_count or 0
     met = rendezvous.meet(plan, listener, started, mine, lost)
-    if met.waited >= 1.0:
-        _say(f"all {plan.nnodes} nodes joined after {met.waited:.1f}s")
+    if met.waited >= 1.0:  # the nodes that met: fewer where an elastic gang shrank
+        met_nodes = plan.nnodes if met.members is None else len(met.members.slots)
+        _say(f"all {met_nodes} nodes joined after {met.waited:.1f}s")
     if plan.tracks_members and met.members is not None and met.members != plan.members:
         plan, said = elastic.adopt(plan, met.members)  # Fenced: it went on without this node
         if said:
