@@ -34,7 +34,9 @@ from test_preemption import launcher_of_node  # noqa: E402
 
 NODES, MIN_NODES, LOST = 3, 2, 2
 LOSS_S = 5
-STEPS = 60
+# Enough steps after the resume (about 10 s) for node 2, thawed then, to be fenced before
+# the survivors finish (the run ends once minNodes nodes succeeded).
+STEPS = 120
 ARGV = ["--module", "kdist.workloads.ddp", "--", *TINY, "--max-steps", str(STEPS),
         "--log-every", "1", "--checkpoint-every", "5", "--step-delay", "0.1"]
 SHRANK = "kdist.launch: the gang shrank to 2 nodes: node 2 lost"

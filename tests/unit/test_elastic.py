@@ -12,6 +12,9 @@ import time
 
 import pytest
 
+from kdist.cli.progress import ledger_lines
+from kdist.kube.watch.tracker import Tracker
+from kdist.local.ledger import LocalLedger
 from kdist.rendering import render
 from kdist.runtime import elastic as X
 from kdist.runtime import rendezvous as R
@@ -21,11 +24,12 @@ from kdist.runtime.plan import resolve_env
 from kdist.runtime.store import MiniStore
 from kdist.shared import exitcodes
 from kdist.shared.errors import LaunchError, SpecError
-from kdist.shared.ledger import Ledger, shrank
+from kdist.shared.ledger import Ledger, in_process_line, shrank
 from kdist.shared.ledgerread import read
 from kdist.spec import validate_job
 
 from .helpers import spec_with
+from .test_ledger import Clock, pod, step
 
 ELASTIC = {"spec.nodes": 3, "spec.minNodes": 2, "spec.distributed": {"maxRestarts": 2}}
 
@@ -254,11 +258,44 @@ def test_the_ledger_records_the_shrink_once():
     assert kept.problems == [] and kept.ledger["restarts"][0]["shrank"] == entry["shrank"]
 
 
-def test_status_shows_the_size_the_gang_shrank_to():
-    from kdist.kube.watch.state import JobState
+def test_the_watch_shows_the_size_and_the_restart_that_shrank_the_gang():
+    """Node 2 of a 3-node job with minNodes 2 is lost; both survivors say the gang shrank:
+    `status` says the size, and the open restart records the shrink once."""
+    clock = Clock()
+    t = Tracker("unit-job", "d", clock=clock)
+    t.state.nodes = 3
+    for rank in (0, 1, 2):
+        t.pod_event("ADDED", pod(rank))
+    t.log_line("unit-job-0-x", step(10))
+    cause = "node 2 lost (silent for 10 s): its launcher's heartbeat stopped (seen by node 0)"
+    t.log_line("unit-job-0-x", "kdist.launch: " + in_process_line(1, 2, cause, 203))
+    assert "size" not in t.state.to_dict()
+    line = "kdist.launch: " + X.shrink_line(Members.first(3), Members(1, (0, 1)))
+    t.log_line("unit-job-0-x", line)
+    t.log_line("unit-job-1-x", line)
+    assert t.state.size == 2 and t.state.to_dict()["size"] == 2
+    clock.now += 9
+    t.log_line("unit-job-0-x", step(5, "resume"))
+    (r,) = t.state.ledger["restarts"]
+    assert r["shrank"] == "shrank to 2 nodes: node 2 lost" and "node 2 lost" in r["cause"]
+    assert (r["secondsLost"], r["stepsLost"]) == (9.0, 5)
+    assert "; shrank to 2 nodes: node 2 lost; back 9.0s later, 5 step(s) lost" in \
+        ledger_lines(t.state.ledger)[0]
 
-    state = JobState(name="j")
-    state.nodes = 3
-    assert "size" not in state.to_dict()
-    state.size = 2
-    assert state.to_dict()["size"] == 2
+
+def test_the_local_ledger_records_the_shrink():
+    now = [100.0]
+    ledger = LocalLedger(2, clock=lambda: now[0])
+    ledger.line(1, '{"event": "step", "step": 8, "rank": 1}')
+    cause = "node 2 lost (silent for 5 s): its launcher's heartbeat stopped (seen by node 1)"
+    for node in (0, 1):
+        ledger.line(node, "kdist.launch: " + in_process_line(1, 2, cause, 203))
+        ledger.line(node, "kdist.launch: " + X.shrink_line(Members.first(3),
+                                                            Members(1, (0, 1))))
+    now[0] += 12
+    ledger.line(0, '{"event": "resume", "step": 5, "rank": 0}')
+    summary = ledger.summary(True)
+    assert summary is not None
+    (r,) = summary["restarts"]
+    assert r["shrank"] == "shrank to 2 nodes: node 2 lost"
+    assert (r["secondsLost"], r["stepsLost"]) == (12.0, 3)
