@@ -149,10 +149,11 @@ def _lead(plan: LaunchPlan, listener: socket.socket, deadline: float,
         server.set(RESTART_KEY, str(count).encode())  # a node still running stops its workers
         server.add(JOINED, 1)
         while int(server.data.get(JOINED, b"0")) < plan.nnodes:
-            with server.lock:
-                smaller = elastic.lead_decides(dict(server.data), plan, lost, COUNT)
-            if smaller is not None:  # every survivor joined: the lost node is not waited for
-                break
+            if plan.elastic:
+                with server.lock:
+                    smaller = elastic.lead_decides(dict(server.data), plan, lost, COUNT)
+                if smaller is not None:  # every survivor joined: the lost node is not waited
+                    break
             if clock() >= deadline:
                 joined = int(server.data.get(JOINED, b"0"))
                 raise _failed(plan, f"{joined} of {plan.nnodes} node(s) joined")
