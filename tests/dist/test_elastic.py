@@ -1,10 +1,11 @@
 """An elastic gang goes on without a frozen node, and the node, thawed, is fenced (issue 55).
 
 Three node ranks with ``minNodes`` 2 and no spare, real launchers and gloo workers,
-restarting in process as pods restarting in place. Node 2's launcher and workers are
-stopped with SIGSTOP (a node frozen or cut off); the survivors find it lost within
-``nodeLossSeconds``, node 0 does not wait for it: the gang re-forms at 2 nodes (generation
-1) and resumes from the newest checkpoint with ``WORLD_SIZE`` 2. Then node 2 comes back
+restarting in process as pods restarting in place. Node 2's (or node 1's) launcher and
+workers are stopped with SIGSTOP (a node frozen or cut off); the survivors find it lost
+within ``nodeLossSeconds``, node 0 does not wait for it: the gang re-forms at 2 nodes
+(generation 1; node 1 lost, node 2 becomes node rank 1) and resumes from the newest
+checkpoint with ``WORLD_SIZE`` 2. Then the frozen node comes back
 (SIGCONT): it finds the gang went on without it and exits 206 (fenced) without touching
 anything, and the job finishes on 2 nodes, exit 0; the ledger records the shrink.
 
@@ -32,14 +33,17 @@ from disttools import LAUNCH, TINY, free_port, node_env  # noqa: E402
 from test_node_loss import freeze  # noqa: E402
 from test_preemption import launcher_of_node  # noqa: E402
 
-NODES, MIN_NODES, LOST = 3, 2, 2
+NODES, MIN_NODES = 3, 2
 LOSS_S = 5
-# Enough steps after the resume (about 10 s) for node 2, thawed then, to be fenced before
+# Enough steps after the resume (about 10 s) for the frozen node, thawed then, to be fenced before
 # the survivors finish (the run ends once minNodes nodes succeeded).
 STEPS = 120
 ARGV = ["--module", "kdist.workloads.ddp", "--", *TINY, "--max-steps", str(STEPS),
         "--log-every", "1", "--checkpoint-every", "5", "--step-delay", "0.1"]
-SHRANK = "kdist.launch: the gang shrank to 2 nodes: node 2 lost"
+
+
+def shrank(lost: int) -> str:
+    return f"kdist.launch: the gang shrank to 2 nodes: node {lost} lost"
 
 
 def start(tmp: Path, loss_s: int = LOSS_S) -> subprocess.Popen[str]:
@@ -78,9 +82,9 @@ def is_step(line: str, rank: int) -> bool:
     return line.startswith(f"[rank {rank}] ") and '"event": "step"' in line
 
 
-def drill(proc: subprocess.Popen[str], *, measure: bool = False
+def drill(proc: subprocess.Popen[str], lost: int = 2, *, measure: bool = False
           ) -> tuple[list[str], float | None, float | None]:
-    """Freeze node LOST after 8 of its steps (a checkpoint at step 5 to resume from); thaw
+    """Freeze node `lost` after 8 of its steps (a checkpoint at step 5 to resume from); thaw
     it at the gang's first resumed step. The output read, and the seconds from the freeze
     to the gang re-formed (node 0's shrink line) and to its first resumed step
     (`measure`: stop reading there)."""
@@ -94,12 +98,12 @@ def drill(proc: subprocess.Popen[str], *, measure: bool = False
             line = line.rstrip("\n")
             lines.append(line)
             if frozen_at is None:
-                steps += is_step(line, LOST)
+                steps += is_step(line, lost)
                 if steps >= 8:
-                    groups = freeze(launcher_of_node(os.getpid(), LOST), signal.SIGSTOP)
+                    groups = freeze(launcher_of_node(os.getpid(), lost), signal.SIGSTOP)
                     frozen_at = time.monotonic()
                 continue
-            if reformed is None and line.startswith(f"[node 0] {SHRANK}"):
+            if reformed is None and line.startswith(f"[node 0] {shrank(lost)}"):
                 reformed = time.monotonic() - frozen_at
             if resumed is None and '"event": "resume"' in line:
                 resumed = time.monotonic() - frozen_at
@@ -124,21 +128,25 @@ def records(lines: list[str], event: str) -> list[dict]:
 
 
 @pytest.mark.timeout(400)
-def test_the_survivors_go_on_at_two_nodes_and_the_frozen_node_is_fenced(tmp_path):
+@pytest.mark.parametrize("lost", [2, 1], ids=["node-2", "node-1-renumbered"])
+def test_the_survivors_go_on_at_two_nodes_and_the_frozen_node_is_fenced(tmp_path, lost):
     proc = start(tmp_path)
-    lines, reformed, resumed = drill(proc)
+    lines, reformed, resumed = drill(proc, lost)
     text = "\n".join(lines)
-    assert reformed is not None and resumed is not None, text  # without node 2 coming back
-    # every survivor took the smaller gang: node 0 kept rank 0 and the store, node 1 rank 1
-    for node in (0, 1):
-        assert any(line.startswith(f"[node {node}] {SHRANK} (generation 1: node ranks "
-                                   "held by slots 0, 1)") for line in lines), text
-    # the lost node, back, was fenced before it said a restart of its own
-    fenced = [line for line in lines if line.startswith(f"[node {LOST}] kdist.launch: fenced")]
-    assert fenced and fenced[-1].endswith("exiting 206"), text
-    assert not any(line.startswith(f"[node {LOST}] kdist.launch: restarting")
+    assert reformed is not None and resumed is not None, text  # without the node coming back
+    # every survivor took the smaller gang: node 0 kept rank 0 and the store, the other
+    # survivor holds rank 1 (node 1 lost: node 2 was renumbered to rank 1)
+    survivors = [n for n in range(NODES) if n != lost]
+    for node in survivors:
+        assert any(line.startswith(f"[node {node}] {shrank(lost)} (generation 1: node ranks "
+                                   f"held by slots {survivors[0]}, {survivors[1]})")
                    for line in lines), text
-    assert f"kdist: node {LOST} was fenced" in text, text
+    # the lost node, back, was fenced before it said a restart of its own
+    fenced = [line for line in lines if line.startswith(f"[node {lost}] kdist.launch: fenced")]
+    assert fenced and fenced[-1].endswith("exiting 206"), text
+    assert not any(line.startswith(f"[node {lost}] kdist.launch: restarting")
+                   for line in lines), text
+    assert f"kdist: node {lost} was fenced" in text, text
     assert proc.returncode == 0, text
     # the training finished on 2 nodes: resumed from a checkpoint at world size 2
     back = records(lines, "resume")
@@ -152,9 +160,9 @@ def test_the_survivors_go_on_at_two_nodes_and_the_frozen_node_is_fenced(tmp_path
     assert sorted(d["rank"] for d in done) == [0, 1], text
     restarts = json.loads(next(line[len("LEDGER "):] for line in lines
                                if line.startswith("LEDGER ")))["restarts"]
-    assert len(restarts) == 1 and f"node {LOST} lost (silent for" in restarts[0]["cause"], \
+    assert len(restarts) == 1 and f"node {lost} lost (silent for" in restarts[0]["cause"], \
         restarts
-    assert restarts[0]["shrank"] == "shrank to 2 nodes: node 2 lost", restarts
+    assert restarts[0]["shrank"] == f"shrank to 2 nodes: node {lost} lost", restarts
     assert restarts[0]["stepsLost"] is not None and restarts[0]["secondsLost"] > 0, restarts
 
 
