@@ -283,6 +283,19 @@ def test_the_watch_shows_the_size_and_the_restart_that_shrank_the_gang():
         ledger_lines(t.state.ledger)[0]
 
 
+def test_status_says_the_size_only_while_the_gang_is_smaller(capsys):
+    from kdist.cli.progress import print_status
+    from kdist.kube.watch.state import JobState
+
+    state = JobState(name="j", namespace="d")
+    state.nodes = 3
+    print_status(state)
+    assert "training on" not in capsys.readouterr().out
+    state.size = 2
+    print_status(state)
+    assert "training on 2 of 3 nodes (spec.minNodes" in capsys.readouterr().out
+
+
 def test_the_local_ledger_records_the_shrink():
     now = [100.0]
     ledger = LocalLedger(2, clock=lambda: now[0])
