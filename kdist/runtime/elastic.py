@@ -13,8 +13,9 @@ node count from those members (``adopt``); its workers restart in process with t
 checkpoints reshard for FSDP; DDP loads the whole state).
 
 Below M survivors the gang waits for the lost node (its pod replaced), as without
-``minNodes``, up to the rendezvous timeout; so does a gang that would shrink to one node
-(``SMALLEST``). The lost node, if it comes back, finds a newer
+``minNodes``, up to the rendezvous timeout. A gang shrunk to node 0 alone still publishes
+its members into rank 0's store (``kdist.runtime.watchdog``), for a lost node coming back
+to read that it is fenced. The lost node, if it comes back, finds a newer
 generation without its slot and is fenced (exit 206, ``membership.fenced``), touching
 nothing. Node 0's loss (the store's host) is not handled here: its survivors wait for its
 replacement, as today. Growing back to N (a replaced pod admitted at a step boundary) is
@@ -29,12 +30,6 @@ from collections.abc import Iterable, Mapping
 
 from kdist.runtime.membership import VACANT, Fenced, Members
 from kdist.runtime.plan import LaunchPlan
-
-# The fewest nodes a gang shrinks to. One node alone serves no store to the others (its
-# launcher skips the store a gang shares, kdist.runtime.watchdog), so a lost node coming
-# back could not read that it is fenced: a gang of two that loses one waits for it, as
-# below minNodes (shrinking to one node is not served yet).
-SMALLEST = 2
 
 
 def free_spares(members: Members, full_nodes: int, spares: int) -> int:
@@ -54,7 +49,7 @@ def shrunk(members: Members, lost: Iterable[int], joined: Iterable[int], min_nod
     if not gone or 0 in gone or free > 0:
         return None
     rest = [r for r in range(size) if r not in gone]
-    if len(rest) < max(SMALLEST, min_nodes) or sorted(set(joined)) != rest:
+    if len(rest) < max(1, min_nodes) or sorted(set(joined)) != rest:
         return None
     return Members(members.generation + 1, tuple(members.slots[r] for r in rest))
 

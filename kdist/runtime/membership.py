@@ -59,7 +59,7 @@ class Members:
 
     @classmethod
     def decode(cls, raw: bytes, nnodes: int) -> Members | None:
-        """The record as stored, or None when it is not one of 2 to ``nnodes`` ranks (an
+        """The record as stored, or None when it is not one of 1 to ``nnodes`` ranks (an
         elastic gang, ``kdist.runtime.elastic``, holds fewer ranks once it shrank)."""
         try:
             gen, _, slots = raw.decode("ascii").partition(":")
@@ -67,8 +67,7 @@ class Members:
             generation = int(gen)
         except (UnicodeDecodeError, ValueError):
             return None
-        # an elastic gang goes on with two nodes at least (kdist.runtime.elastic.SMALLEST)
-        if not min(2, nnodes) <= len(parsed) <= nnodes or generation < 0 or min(parsed) < 0:
+        if len(parsed) > nnodes or generation < 0 or min(parsed) < 0:
             return None
         return cls(generation, parsed)
 

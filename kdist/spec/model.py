@@ -251,9 +251,8 @@ class JobSpec(_Model):
     min_nodes: Annotated[StrictInt, Field(ge=1, le=MAX_NODES)] | None = Field(
         default=None, description="Elastic (indexed-job): when a node is lost and no spare "
         "takes its rank, the survivors go on at the smaller size, down to this many nodes, "
-        "resuming from the newest checkpoint with the new WORLD_SIZE and RANK (node 0's loss, "
-        "and a gang of two shrinking to one, wait for the replacement as below it). Default "
-        "(unset) = nodes: off.")
+        "resuming from the newest checkpoint with the new WORLD_SIZE and RANK (node 0's loss "
+        "waits for its replacement, as below it). Default (unset) = nodes: off.")
     procs_per_node: Annotated[int | str, WithJsonSchema({"anyOf": [
         {"type": "integer", "minimum": 1, "maximum": MAX_PROCS_PER_NODE},
         {"const": "auto"}]})] = Field(
