@@ -265,11 +265,12 @@ def _first_meet(plan: LaunchPlan, listener: socket.socket | None,
 
 
 def _meet(plan: LaunchPlan, listener: socket.socket | None, started: float,
-          lost: Sequence[int] = ()) -> LaunchPlan:
+          lost: Sequence[int] = (), cause: str = "") -> LaunchPlan:
     """The rendezvous: every node's launcher joined, on the highest restart count any
-    brought (``rendezvous.meet``); ``lost``: the node ranks this one found lost."""
+    brought (``rendezvous.meet``); ``lost``: the node ranks this one found lost;
+    ``cause``: why it restarts, told to the nodes still running."""
     mine = plan.restart_count or 0
-    met = rendezvous.meet(plan, listener, started, mine, lost)
+    met = rendezvous.meet(plan, listener, started, mine, lost, cause=cause)
     if met.waited >= 1.0:  # the nodes that met: fewer where an elastic gang shrank
         met_nodes = plan.nnodes if met.members is None else len(met.members.slots)
         _say(f"all {met_nodes} nodes joined after {met.waited:.1f}s")
@@ -301,7 +302,7 @@ def _again(plan: LaunchPlan, code: int, listener: socket.socket | None, in_place
     lost = [] if Said.lost_node is None else [Said.lost_node]
     try:
         again = _meet(dataclasses.replace(plan, restart_count=count), listener,
-                      time.monotonic(), lost)
+                      time.monotonic(), lost, cause=why)
     except Fenced as e:
         _say(f"{e}; exiting {e.exit_code}")
         return plan, e.exit_code

@@ -35,7 +35,7 @@ from kdist.runtime.heartbeat import BEAT, ENDED
 from kdist.runtime.membership import MEMBERS, Members
 from kdist.runtime.plan import LaunchPlan
 from kdist.runtime.store import MiniStore, StoreClient, allow_many_connections, listen
-from kdist.runtime.watchdog import RESTART_KEY
+from kdist.runtime.watchdog import CAUSE_KEY, CAUSE_MAX, RESTART_KEY
 from kdist.shared.errors import LaunchError
 
 JOINED, GO, RELEASED = "kdist/rdzv/joined", "kdist/rdzv/go", "kdist/rdzv/released"
@@ -121,24 +121,34 @@ class Met(NamedTuple):
 
 
 def meet(plan: LaunchPlan, listener: socket.socket | None, started: float, count: int = 0,
-         lost: Iterable[int] = (), clock: Callable[[], float] = time.monotonic) -> Met:
+         lost: Iterable[int] = (), clock: Callable[[], float] = time.monotonic,
+         cause: str = "") -> Met:
     """``gather``, and where the job has spares the members: ``lost``, the node ranks this
-    launcher found lost, are vacant for a spare to take (``kdist.runtime.spares``)."""
+    launcher found lost, are vacant for a spare to take (``kdist.runtime.spares``);
+    ``cause``: why this launcher restarts, told to the nodes still running."""
     begun = clock()
     deadline = started + plan.rdzv_timeout_s
     if plan.nnodes == 1:
         return Met(0.0, count, plan.members)
     lost = list(lost)
     if listener is not None:
-        agreed, members = _lead(plan, listener, deadline, clock, count, lost)
+        agreed, members = _lead(plan, listener, deadline, clock, count, lost, cause)
     else:
-        agreed, members = _join(plan, deadline, clock, count, lost)
+        agreed, members = _join(plan, deadline, clock, count, lost, cause)
     return Met(clock() - begun, agreed, members)
+
+
+def _origin(cause: str) -> bytes | None:
+    """The cause to tell the running nodes: the origin's own words only (a node stopped
+    by another's restart passes on nothing, the origin's words are already there)."""
+    if not cause or "the gang is restarting" in cause:
+        return None
+    return cause.encode("utf-8", "replace")[:CAUSE_MAX]
 
 
 def _lead(plan: LaunchPlan, listener: socket.socket, deadline: float,
           clock: Callable[[], float], count: int = 0,
-          lost: Iterable[int] = ()) -> tuple[int, Members | None]:
+          lost: Iterable[int] = (), cause: str = "") -> tuple[int, Members | None]:
     server = MiniStore(listener).start()
     members = plan.members
     lost = list(lost)
@@ -146,6 +156,9 @@ def _lead(plan: LaunchPlan, listener: socket.socket, deadline: float,
     try:
         if plan.tracks_members:
             spares.lead_open(server, plan, lost)
+        told = _origin(cause)
+        if told is not None:  # first: a node reading the restart finds why
+            server.set(CAUSE_KEY, told)
         server.set(RESTART_KEY, str(count).encode())  # a node still running stops its workers
         server.add(JOINED, 1)
         while int(server.data.get(JOINED, b"0")) < plan.nnodes:
@@ -179,7 +192,8 @@ def _lead(plan: LaunchPlan, listener: socket.socket, deadline: float,
 
 
 def _join(plan: LaunchPlan, deadline: float, clock: Callable[[], float],
-          count: int = 0, lost: Iterable[int] = ()) -> tuple[int, Members | None]:
+          count: int = 0, lost: Iterable[int] = (),
+          cause: str = "") -> tuple[int, Members | None]:
     problem = "node 0's launcher did not answer"
     while clock() < deadline:
         try:
@@ -200,6 +214,9 @@ def _join(plan: LaunchPlan, deadline: float, clock: Callable[[], float],
             client.set(f"{COUNT}{plan.node_rank}", str(count).encode())
             # Node 0's workers may still run (another node's failed): its watchdog, which
             # reads rank 0's store, stops them; node 0 then leads this rendezvous.
+            told = _origin(cause)
+            if told is not None:
+                client.set(CAUSE_KEY, told)
             client.set(RESTART_KEY, str(count).encode())
             client.add(JOINED, 1)
             client.wait([GO], timeout=max(0.1, deadline - clock()))

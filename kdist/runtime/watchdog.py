@@ -49,6 +49,10 @@ COUNTS_KEY = "kdist-watchdog/collectives/"
 #: the restart count a launcher gathers the gang for, restarting in process
 #: (``kdist.runtime.rendezvous``): above this attempt's, the gang is restarting
 RESTART_KEY = "kdist/restart"
+#: why the node that set ``RESTART_KEY`` restarts (its launcher's words): every node
+#: stopped by that key names the origin (a lost node, a failed rank), not "another node"
+CAUSE_KEY = "kdist/restart-cause"
+CAUSE_MAX = 400
 STORE_TIMEOUT_S = 5
 
 
@@ -233,14 +237,24 @@ class JobProgress:
         store = self._client()
         return bytes(store.get(RESTART_KEY)) if store.check([RESTART_KEY]) else b""
 
+    def _cause(self) -> str:
+        try:
+            store = self._client()
+            if store.check([CAUSE_KEY]):
+                text = bytes(store.get(CAUSE_KEY))[:CAUSE_MAX].decode("utf-8", "replace")
+                return text.strip() or "another node's workers failed"
+        except Exception:
+            pass
+        return "another node's workers failed"
+
     def _restart_asked(self) -> None:
         try:
             asked = self._asked()
         except Exception:
             return  # asked again next tick
         if asked.isdigit() and int(asked) > (self.plan.restart_count or 0):
-            raise RestartAsked(f"the gang is restarting (restart {int(asked)}): another "
-                               "node's workers failed")
+            raise RestartAsked(f"the gang is restarting (restart {int(asked)}): "
+                               f"{self._cause()}")
 
 
 def _counts(text: bytes) -> dict[int, int]:

@@ -30,7 +30,7 @@ import pytest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from disttools import LAUNCH, TINY, free_port, node_env  # noqa: E402
-from test_node_loss import freeze  # noqa: E402
+from test_node_loss import freeze, thaw  # noqa: E402
 from test_preemption import launcher_of_node  # noqa: E402
 
 NODES, MIN_NODES = 3, 2  # the figures' job; the drill also runs 2 nodes, minNodes 1
@@ -110,15 +110,10 @@ def drill(proc: subprocess.Popen[str], lost: int = 2, size: int = 2, *, measure:
                 resumed = time.monotonic() - frozen_at
                 if measure:
                     return lines, reformed, resumed
-                for group in groups:  # the node comes back while the gang trains on 2
-                    os.killpg(group, signal.SIGCONT)
+                thaw(groups)  # the node comes back while the gang trains smaller
                 groups = []
     finally:
-        for group in groups:
-            try:
-                os.killpg(group, signal.SIGCONT)
-            except ProcessLookupError:  # gone meanwhile
-                pass
+        thaw(groups)
     proc.wait(timeout=120)
     return lines, reformed, resumed
 

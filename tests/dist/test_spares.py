@@ -32,7 +32,7 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from disttools import LAUNCH, TINY, final_state, free_port, node_env, run_job  # noqa: E402
-from test_node_loss import freeze  # noqa: E402
+from test_node_loss import freeze, thaw  # noqa: E402
 from test_preemption import launcher_of_node  # noqa: E402
 
 NODES, SPARES = 2, 1
@@ -116,15 +116,10 @@ def drill(proc: subprocess.Popen[str], *, thaw_after: str,
                 on_lost(groups)
                 groups = []
             elif groups and thaw_after in line:
-                for group in groups:
-                    os.killpg(group, signal.SIGCONT)
+                thaw(groups)
                 groups = []
     finally:
-        for group in groups:
-            try:
-                os.killpg(group, signal.SIGCONT)
-            except ProcessLookupError:  # gone meanwhile
-                pass
+        thaw(groups)
     proc.wait(timeout=60)
     return lines, resumed
 
