@@ -30,9 +30,9 @@ import time
 from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
-from kdist.runtime import spares
+from kdist.runtime import elastic, spares
 from kdist.runtime.heartbeat import BEAT, ENDED
-from kdist.runtime.membership import Members
+from kdist.runtime.membership import MEMBERS, Members
 from kdist.runtime.plan import LaunchPlan
 from kdist.runtime.store import MiniStore, StoreClient, allow_many_connections, listen
 from kdist.runtime.watchdog import CAUSE_KEY, CAUSE_MAX, RESTART_KEY
@@ -151,8 +151,10 @@ def _lead(plan: LaunchPlan, listener: socket.socket, deadline: float,
           lost: Iterable[int] = (), cause: str = "") -> tuple[int, Members | None]:
     server = MiniStore(listener).start()
     members = plan.members
+    lost = list(lost)
+    smaller = None  # an elastic gang's members without its lost nodes (kdist.runtime.elastic)
     try:
-        if plan.spares:
+        if plan.tracks_members:
             spares.lead_open(server, plan, lost)
         told = _origin(cause)
         if told is not None:  # first: a node reading the restart finds why
@@ -160,6 +162,11 @@ def _lead(plan: LaunchPlan, listener: socket.socket, deadline: float,
         server.set(RESTART_KEY, str(count).encode())  # a node still running stops its workers
         server.add(JOINED, 1)
         while int(server.data.get(JOINED, b"0")) < plan.nnodes:
+            if plan.elastic:
+                with server.lock:
+                    smaller = elastic.lead_decides(dict(server.data), plan, lost, COUNT)
+                if smaller is not None:  # every survivor joined: the lost node is not waited
+                    break
             if clock() >= deadline:
                 joined = int(server.data.get(JOINED, b"0"))
                 raise _failed(plan, f"{joined} of {plan.nnodes} node(s) joined")
@@ -167,13 +174,17 @@ def _lead(plan: LaunchPlan, listener: socket.socket, deadline: float,
         with server.lock:
             brought = [v for k, v in server.data.items() if k.startswith(COUNT)]
         agreed = max([count, *(int(v) for v in brought if v.isdigit())])
-        if plan.spares:
+        if smaller is not None:
+            members = smaller
+            server.set(MEMBERS, members.encode())  # before GO: a late joiner reads it, fenced
+        elif plan.tracks_members:
             members = spares.lead_close(server, plan)
         server.set(GO, str(agreed).encode())
         # Every other node has its answer before the socket goes to rank 0's worker
         # (a few seconds at most: they are connected and waiting).
+        others = (plan.nnodes if members is None else len(members.slots)) - 1
         release_by = min(deadline, clock() + RELEASE_S)
-        while int(server.data.get(RELEASED, b"0")) < plan.nnodes - 1 and clock() < release_by:
+        while int(server.data.get(RELEASED, b"0")) < others and clock() < release_by:
             time.sleep(_POLL_S)
         return agreed, members
     finally:
@@ -193,7 +204,7 @@ def _join(plan: LaunchPlan, deadline: float, clock: Callable[[], float],
             time.sleep(min(0.2, max(0.0, deadline - clock())))
             continue
         try:
-            if plan.spares:  # first: a fenced launcher writes no key (kdist.runtime.spares)
+            if plan.tracks_members:  # first: a fenced launcher writes no key (spares)
                 spares.join_check(client, plan, lost)
             if client.check([BARRIER]):  # node 0's workers are done: no gang to join
                 client.add(FAILED, 1)
@@ -210,7 +221,8 @@ def _join(plan: LaunchPlan, deadline: float, clock: Callable[[], float],
             client.add(JOINED, 1)
             client.wait([GO], timeout=max(0.1, deadline - clock()))
             answer = client.get(GO)
-            members = spares.current(client, plan.nnodes) if plan.spares else None
+            members = spares.current(client, plan.full_nodes) if plan.tracks_members \
+                else None
             client.add(RELEASED, 1)
             _until_closed(client, min(deadline, clock() + RELEASE_S + 5.0), clock)
             return (int(answer) if answer.isdigit() else count), members

@@ -103,7 +103,7 @@ class JobProgress:
         if self._store is None:
             store = StoreClient(self.plan.master_addr, self.plan.master_port,
                                 timeout=self._timeout)
-            if self.plan.spares and self._answered:  # back after a silence: still a member?
+            if self.plan.tracks_members and self._answered:  # back after a silence: still a member?
                 try:
                     why = spares.superseded(store, self.plan)
                 except BaseException:
@@ -182,8 +182,23 @@ class JobProgress:
         except Exception:
             return None
 
+    def _publish_alone(self) -> None:
+        """An elastic gang shrunk to node 0 alone: the members into rank 0's store once it
+        answers, so that a lost node coming back reads that it is fenced."""
+        if not self.started():
+            return
+        try:
+            spares.publish(self._client(), self.plan)
+            self._answered = True
+        except Exception:  # rank 0's worker serves the store once torch is imported
+            if self._store is not None:
+                self._store.close()
+            self._store = None
+
     def total(self) -> int:
         mine = self.output.progress()
+        if self.plan.nnodes == 1 and self.plan.tracks_members and not self._answered:
+            self._publish_alone()
         if self.plan.nnodes == 1 or not (self._answered or self.started()):
             return mine
         try:

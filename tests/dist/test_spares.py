@@ -152,7 +152,8 @@ def test_a_spare_takes_a_frozen_nodes_rank_and_the_node_is_fenced(tmp_path, unin
     assert fenced and fenced[-1].endswith("exiting 206"), text
     # fenced before it said a restart in process of its own (the gang made restart 1)
     assert not any(line.startswith("[node 1] kdist.launch: restarting") for line in lines), text
-    assert "kdist: node 1 was fenced (a spare holds its rank): not a failure" in text, text
+    assert "kdist: node 1 was fenced (a spare holds its rank, or the gang went on without " \
+        "it): not a failure" in text, text
     assert proc.returncode == 0, text
     done = [json.loads(line.split("] ", 1)[1]) for line in lines
             if '"event": "done"' in line]
