@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.harness import PYTHON, REPO, BenchError, Ctx, Measured, Spec, tail
+from bench.harness import PYTHON, REPO, BenchError, Ctx, Measured, Spec, peak_rss_kb, tail
 
 PODS = 1000
 # The path before: every operator's kind discovered first, the pods in one page.
@@ -113,8 +113,8 @@ class Job:
             started = time.monotonic()
             p = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=err, text=True)
             peak_kb = 0
-            while True:  # wait4's ru_maxrss would count this process's memory before exec
-                peak_kb = max(peak_kb, _peak_rss_kb(p.pid))
+            while True:  # not wait4's ru_maxrss: it counts this process's (harness)
+                peak_kb = max(peak_kb, peak_rss_kb(p.pid, tree=False))
                 pid, code, usage = os.wait4(p.pid, os.WNOHANG)
                 if pid:
                     break
@@ -131,17 +131,6 @@ class Job:
         sizes = self.api.answered(sent)
         return Cost(wall, usage.ru_utime + usage.ru_stime, peak_kb / 1024, len(sent),
                     max(sizes) / 1e6), text
-
-
-def _peak_rss_kb(pid: int) -> int:
-    """The process's own peak resident memory so far (VmHWM), 0 once it has ended."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
-    except (OSError, ValueError):
-        pass
-    return 0
 
 
 def compare(pods: int, rounds: int, say: Any) -> dict[str, list[Cost]]:
