@@ -1,8 +1,9 @@
 """An in-process Kubernetes-API-like HTTP server on 127.0.0.1, for the cluster client's tests.
 
-It records every request in order (method, raw path, query, body), answers
-from a `Store` of fixture objects (get, list with label/field selectors,
-create with dryRun, delete with propagation and a uid precondition, watch, pod logs, discovery of
+It records every request in order (method, raw path, query, body) and the bytes
+of each answer (`answered`), answers from a `Store` of fixture objects (get, list
+with label/field selectors, in pages with limit and continue, create with dryRun,
+delete with propagation and a uid precondition, watch, pod logs, discovery of
 kubeflow.org/v1), and can be told to misbehave: answer HTML, never answer,
 answer 5xx, or send a given Status. Every write is checked by
 `routes.write_problem`; what it flags lands in `violations`, which the test
