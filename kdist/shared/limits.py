@@ -24,7 +24,7 @@ LOG_NODES = 32
 STATUS_LOG_READERS = 8
 #: Pods per request where a job's pods are read once (`status`, `logs`): listed in pages
 #: (limit and continue, as kubectl's --chunk-size), so that only one page's decoded
-#: objects are held at a time, not a 1,000-pod job's ~7 MB answer whole.
+#: objects are held at a time, not a 1,000-pod job's ~6 MB answer whole.
 POD_PAGE = 250
 
 # Shipped code (spec.workdir): the packer (``kdist.rendering.workdir``) refuses what the
