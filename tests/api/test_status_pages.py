@@ -1,11 +1,11 @@
 """`kdist status` of a 1,000-pod job reads its pods a page at a time, and no more (issue 53).
 
 It read them in one answer (~6 MB at 1,000 pods as kube-apiserver lists them, all of it
-decoded and held at once: 303 MB peak against kwok) after asking discovery about every
-operator's kind first. Now: the job (one request when it is a built-in Indexed Job), its
-pods in pages of POD_PAGE (limit and continue), each let go before the next is read,
-and at most LOG_NODES logs. Counted here, not timed: requests, and the bytes of each
-answer (what the client decodes); what status shows is the same as with one whole list.
+decoded and held at once) after asking discovery about every operator's kind first. Now:
+the job (one request when it is a built-in Indexed Job), its pods in pages of POD_PAGE
+(limit and continue), each let go before the next is read, and at most LOG_NODES logs.
+Counted here, not timed: requests, and the bytes of each answer (what the client
+decodes); what status shows is the same as with one whole list.
 """
 
 from __future__ import annotations
