@@ -333,8 +333,9 @@ def _rank_entries(conn: Connection, name: str, rank: int | None, tail: int | Non
             out.append((RankLog(r.rank, r.pod, [], no_log_note(state, r),
                                 state.procs_per_node), iter(())))
             continue
-        lines = cluster.log_lines(r.pod, ns, tail=tail) if stream else \
-            iter(cluster.read_log(r.pod, ns, tail=tail))
+        lines = cluster.log_lines(r.pod, ns, tail=tail, container=tracker.container) \
+            if stream else iter(cluster.read_log(r.pod, ns, tail=tail,
+                                                 container=tracker.container))
         out.append((RankLog(r.rank, r.pod, [], procs_per_node=state.procs_per_node), lines))
     return out
 

@@ -80,6 +80,10 @@ class Backend:
     background_delete: ClassVar[bool] = False
     #: The named container port the rendezvous listens on.
     port_name: ClassVar[str] = "rendezvous"
+    #: kdist's container in each pod (the launcher's): its logs, its status and its exit
+    #: codes (podFailurePolicy) are read by this name. `pytorch` where the kind's controller
+    #: does not ask for another (the training operator asks for that one).
+    container: ClassVar[str] = "pytorch"
     #: Terminal conditions (status "True") of the kind: type -> Succeeded | Failed.
     terminal: ClassVar[dict[str, str]]
     #: RBAC rules kdist's Role needs for this kind (manifests/rbac.yaml).

@@ -6,10 +6,14 @@ the job), whose template is the JobSet spec backend jobset renders (one include,
 (named after the TrainJob, owned by it): its network, successPolicy, failurePolicy and
 the child Job's podFailurePolicy all pass through, so node 0, ranks, restarts and exit
 codes are backend jobset's (`kdist.backends.jobset`), and the pods are that JobSet's.
-The runtime's replicated Job carries no `trainjob-ancestor-step` label and there is no
-mlPolicy: Trainer then leaves kdist's container, env and counts as rendered (its
-webhook would ask for a container named `node`, and its torch plugin would add its own
-PET_* env and command). The TrainJob must find its runtime when created (Trainer's
+The runtime is one the Kubeflow SDK reads (`TrainerClient().get_job`, `get_job_logs`):
+the label `trainer.kubeflow.org/framework: torch`, `spec.mlPolicy.numNodes`, the
+replicated Job (and its pods) labelled `trainer.kubeflow.org/trainjob-ancestor-step:
+trainer`, and kdist's container named `node` (the SDK reads the logs of the container
+named after the step). Its mlPolicy names no framework policy (torch, mpi...), so
+Trainer's PlainML plugin alone applies: it sets the pod count from the TrainJob's
+numNodes (the same) and adds the TrainJob's env (none here); no PET_* env, no command
+rewritten. The TrainJob must find its runtime when created (Trainer's
 webhook looks it up), so the runtime is created first and owned by the TrainJob just
 after (`created_first`). A TrainJob is deleted in background: in foreground the
 controller, seeing its JobSet gone while the TrainJob still exists, makes it again.
@@ -43,6 +47,13 @@ TRAINING_RUNTIME = Kind("TrainingRuntime", f"{GROUP}/{VERSION}", "trainingruntim
                         "trainingruntime.trainer.kubeflow.org")
 #: The runtime's object role (app.kubernetes.io/component).
 RUNTIME_COMPONENT = "training-runtime"
+#: Trainer's (and the Kubeflow SDK's) names: the runtime's framework label, and the label
+#: of the replicated Job whose `node` container the TrainJob's spec.trainer overrides.
+FRAMEWORK = f"{GROUP}/framework"
+ANCESTOR = f"{GROUP}/trainjob-ancestor-step"
+TRAINER_STEP = "trainer"
+#: The container Trainer's webhook and the SDK look for in the trainer step's pods.
+NODE_CONTAINER = "node"
 
 
 class TrainJobBackend(Backend):
@@ -61,6 +72,7 @@ class TrainJobBackend(Backend):
     # Trainer's webhook reads the runtime from its informer's cache.
     settling = "must be created before the TrainJob is created"
     background_delete = True
+    container = NODE_CONTAINER
     terminal = {"Complete": SUCCEEDED, "Failed": FAILED}
     rbac = [{"apiGroups": [GROUP], "resources": [TRAINJOB.plural], "verbs": [*TRAINING_VERBS]},
             # Created before the TrainJob, then patched to be owned by it; `kdist delete`
@@ -79,8 +91,11 @@ class TrainJobBackend(Backend):
     def context(self, ctx: dict[str, Any]) -> dict[str, Any]:
         runtime_labels = {k: v for k, v in ctx["job_labels"].items() if k != L.QUEUE}
         runtime_labels[L.COMPONENT] = RUNTIME_COMPONENT
+        runtime_labels[FRAMEWORK] = "torch"
+        step = {ANCESTOR: TRAINER_STEP}
+        pod = {**ctx["pod_spec"], "labels": {**ctx["pod_spec"]["labels"], **step}}
         return {**jobset.BACKEND.context(ctx), "runtime_name": ctx["name"],
-                "runtime_labels": runtime_labels}
+                "runtime_labels": runtime_labels, "node_job_labels": step, "pod_spec": pod}
 
     def rendered_kinds(self) -> list[str]:
         return [TRAINJOB.kind, TRAINING_RUNTIME.kind]

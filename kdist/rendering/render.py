@@ -104,7 +104,7 @@ def _apply_overlay(job: TrainingJob, obj: dict[str, Any]) -> None:
     patch = job.spec.pod_template_overlay
     for template in _pod_templates(obj):
         if patch:
-            merged = overlay.apply(template, patch)
+            merged = overlay.apply(template, patch, backends.get(job.spec.backend).container)
             template.clear()
             template.update(merged)
         overlay.check_pod_template(template, overlaid=bool(patch))
@@ -151,6 +151,7 @@ def _context(job: TrainingJob, code: Packed | None = None,
         "image": s.image,
         "command": _command(argv, runtime),
         "args": argv[3:],
+        "container": backend.container,
         "port_name": backend.port_name,
         "port": s.distributed.port,
         "env": [{"name": k, "value": v} for k, v in env.items()],

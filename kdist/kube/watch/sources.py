@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from kdist import backends
 from kdist.kube import kinds
 from kdist.kube.client import LOG_READ_TIMEOUT, WATCH_SECONDS, Cluster
 from kdist.kube.errors import Action, Gone, HttpError, Transient, api_error
@@ -69,8 +70,9 @@ class ApiSource:
 class PodLogs:
     """Log reading for `reflector.follow_log`, in one namespace."""
 
-    def __init__(self, cluster: Cluster, namespace: str) -> None:
+    def __init__(self, cluster: Cluster, namespace: str, container: str) -> None:
         self.cluster, self.namespace = cluster, namespace
+        self.container = container  # kdist's, as the job's backend names it
 
     def stream_log(self, pod: str, *, follow: bool, tail: int | None,
                    since_seconds: int | None) -> Iterator[str]:
@@ -78,7 +80,7 @@ class PodLogs:
         import urllib3
 
         query: dict[str, Any] = {"follow": str(follow).lower(), "timestamps": "true",
-                                 "container": "pytorch"}
+                                 "container": self.container}
         if tail is not None:
             query["tailLines"] = tail
         if since_seconds is not None:
@@ -103,7 +105,7 @@ class PodLogs:
         except JobNotFound:
             return None
         for cs in (obj.get("status") or {}).get("containerStatuses") or []:
-            if cs.get("name") == "pytorch":
+            if cs.get("name") == self.container:
                 running = (cs.get("state") or {}).get("running") is not None
                 return running, count(cs.get("restartCount"))
         return None
@@ -122,7 +124,7 @@ def job_sources(cluster: Cluster, job: dict[str, Any]) -> Sources:
     return Sources(
         job=ApiSource(cluster, kinds.of(job), ns, field_selector=f"metadata.name={name}"),
         pods=ApiSource(cluster, kinds.POD, ns, label_selector=pod_selector(job)),
-        logs=PodLogs(cluster, ns),
+        logs=PodLogs(cluster, ns, backends.of(job).container),
         queue=ApiSource(cluster, kinds.WORKLOAD, ns,
                         label_selector=f"{KUEUE_JOB_UID}={meta.get('uid', '')}")
         if queued else None,
