@@ -70,7 +70,8 @@ def with_backend(job: TrainingJob, backend: str | None) -> TrainingJob:
 
 
 def render(job: TrainingJob, code: Packed | None = None,
-           restart_mode: str | None = None, gang_mode: str | None = None) -> list[dict[str, Any]]:
+           restart_mode: str | None = None, gang_mode: str | None = None,
+           podgroup_api: str = gang.API_VERSION) -> list[dict[str, Any]]:
     """Every Kubernetes object for `job`, in creation order. Pure and deterministic.
 
     `code` is the packed workdir (``kdist.rendering.workdir.pack``; reading the tree
@@ -80,14 +81,15 @@ def render(job: TrainingJob, code: Packed | None = None,
     ("inPlace" or "recreate") is what the submitter resolved for
     ``distributed.restartMode: auto``; None: ``restarts.resolve(job)``. `gang_mode`
     ("native" or "none") likewise for ``distributed.gang``; None: ``gang.resolve(job)``.
-    A native gang's PodGroup comes last (owned by the training object too).
+    A native gang's PodGroup comes last (owned by the training object too), of
+    `podgroup_api` (the version the cluster's discovery lists; v1beta1 without one).
     """
     mode = restart_mode or restarts.resolve(job)
     configmaps = _code_configmaps(job, code)
     runtime = runtime_ship.built() if runtime_ship.mode(job) == "shipped" else None
     ctx = _context(job, code, configmaps, runtime)
     restarts.apply(job, mode, ctx)
-    podgroups = gang.apply(job, gang_mode or gang.resolve(job), ctx)
+    podgroups = gang.apply(job, gang_mode or gang.resolve(job), ctx, podgroup_api)
     objects = [_render_one(name, ctx) for name in backends.get(job.spec.backend).templates]
     _check(job, objects, ctx)
     _check_code(job, objects, configmaps)

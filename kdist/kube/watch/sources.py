@@ -120,7 +120,7 @@ def job_sources(cluster: Cluster, job: dict[str, Any]) -> Sources:
     name, ns = meta["name"], meta["namespace"]
     queued = bool((meta.get("labels") or {}).get(QUEUE)) and cluster.serves(kinds.WORKLOAD)
     gang = gang_of(job)
-    gang = gang if gang and cluster.serves(kinds.PODGROUP) else ""
+    podgroup = kinds.podgroup(cluster.serves) if gang else None
     return Sources(
         job=ApiSource(cluster, kinds.of(job), ns, field_selector=f"metadata.name={name}"),
         pods=ApiSource(cluster, kinds.POD, ns, label_selector=pod_selector(job)),
@@ -128,8 +128,8 @@ def job_sources(cluster: Cluster, job: dict[str, Any]) -> Sources:
         queue=ApiSource(cluster, kinds.WORKLOAD, ns,
                         label_selector=f"{KUEUE_JOB_UID}={meta.get('uid', '')}")
         if queued else None,
-        gang=ApiSource(cluster, kinds.PODGROUP, ns, field_selector=f"metadata.name={gang}")
-        if gang else None)
+        gang=ApiSource(cluster, podgroup, ns, field_selector=f"metadata.name={gang}")
+        if podgroup else None)
 
 
 def wait_gone(cluster: Cluster, name: str, namespace: str, timeout: float) -> None:
