@@ -132,6 +132,9 @@ def create(cluster: Cluster, job: TrainingJob, code: Packed | None,
     if b.installs and not cluster.serves(b.kind):  # before any probe: nothing written
         raise OperatorMissing(f"{b.installs} is not installed (no {b.kind.api_version} "
                               f"{b.kind.kind} resource): job {job.metadata.name} not submitted")
+    if job.spec.trainjob.runtime_ref:  # before any probe too: nothing written
+        from kdist.kube.probe.runtimeref import check_runtime
+        check_runtime(cluster, job.spec.trainjob.runtime_ref)
     notes: list[str] = []
     mode = _restart_mode(cluster, job, notes)
     asked = G.can_gang(job) or d.gang == G.NATIVE

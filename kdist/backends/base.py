@@ -115,6 +115,15 @@ class Backend:
         """The kinds its templates make, in order (checked after rendering)."""
         raise NotImplementedError
 
+    def templates_for(self, ctx: dict[str, Any]) -> tuple[str, ...]:
+        """The templates that render a job of context `ctx` (all of them but where the spec
+        drops one: a TrainJob on an existing runtime makes no runtime of its own)."""
+        return self.templates
+
+    def kinds_for(self, ctx: dict[str, Any]) -> list[str]:
+        """`rendered_kinds` of a job of context `ctx` (what `templates_for` makes)."""
+        return self.rendered_kinds()
+
     # -- reading the API's objects ----------------------------------------------------------
 
     def pod_templates(self, obj: dict[str, Any]) -> list[dict[str, Any]]:

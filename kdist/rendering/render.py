@@ -90,7 +90,8 @@ def render(job: TrainingJob, code: Packed | None = None,
     ctx = _context(job, code, configmaps, runtime)
     restarts.apply(job, mode, ctx)
     podgroups = gang.apply(job, gang_mode or gang.resolve(job), ctx, podgroup_api)
-    objects = [_render_one(name, ctx) for name in backends.get(job.spec.backend).templates]
+    objects = [_render_one(name, ctx)
+               for name in backends.get(job.spec.backend).templates_for(ctx)]
     _check(job, objects, ctx)
     _check_code(job, objects, configmaps)
     for obj in objects:
@@ -184,6 +185,8 @@ def _context(job: TrainingJob, code: Packed | None = None,
         "ttl_seconds_after_finished": s.ttl_seconds_after_finished,
         "active_deadline_seconds": s.active_deadline_seconds,
         "nproc_per_node": str(s.procs_per_node),
+        # Backend trainjob: an existing ClusterTrainingRuntime's name (kdist.spec.trainjob).
+        "runtime_ref": s.trainjob.runtime_ref,
         "pod_spec": pod,
         # Kueue admits a queued job by unsuspending it: no pod starts before the
         # whole job has quota (all-or-nothing admission).
@@ -299,7 +302,7 @@ def _check_code(job: TrainingJob, objects: list[dict[str, Any]],
 
 def _check(job: TrainingJob, objects: list[dict[str, Any]], ctx: dict[str, Any]) -> None:
     """Parse-back check: every user value landed exactly where meant, nothing more."""
-    want_kinds = backends.get(job.spec.backend).rendered_kinds()
+    want_kinds = backends.get(job.spec.backend).kinds_for(ctx)
     if [o.get("kind") for o in objects] != want_kinds:
         raise RenderError(f"rendered kinds {[o.get('kind') for o in objects]} != {want_kinds}")
     for obj in objects:
