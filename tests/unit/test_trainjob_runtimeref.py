@@ -54,9 +54,15 @@ def test_only_the_trainjob_is_rendered_and_it_is_crd_valid():
 
 
 def test_the_pod_kdist_reads_back_is_restricted_and_complete():
-    objects = rendered()
+    import kubernetes_validate
+
+    objects = rendered(**{"spec.checkpoint": {"path": "/ckpt", "volume": {"emptyDir": {}}}})
     (template,) = pod_templates_of(objects)
+    assert restricted.pod_specs(objects[0]) == [template["spec"]]
     assert restricted.violations(template["spec"]) == []
+    kubernetes_validate.validate({"apiVersion": "v1", "kind": "Pod", "metadata": {
+        "name": "ref-node-0-0", **template["metadata"]}, "spec": template["spec"]},
+        "1.37", strict=True)
     (node,) = template["spec"]["containers"]
     assert node["image"] == "registry.example/kdist-train:0.1.0" and node["command"]
 
