@@ -328,13 +328,15 @@ def train(conn: Connection, call: TrainCall, *, local: bool, timeout: float | No
 def _read_back(conn: Connection, state: JobState, rank: int, lines: _Lines,
                pod: str | None = None) -> None:
     """Read a rank's log tail for frames the stream did not deliver (a cut follow)."""
+    from kdist import backends
     from kdist.shared.errors import KdistError
 
     pod = pod or (state.ranks[rank].pod if rank in state.ranks else "")
     if not pod:
         return
     try:
-        for line in conn.cluster().read_log(pod, state.namespace, tail=TAIL_LINES):
+        for line in conn.cluster().read_log(pod, state.namespace, tail=TAIL_LINES,
+                                            container=backends.container(state.backend)):
             lines.take(rank, line)
     except KdistError:
         pass  # the pod is gone: what the stream brought is all there is

@@ -132,14 +132,21 @@ def create(cluster: Cluster, job: TrainingJob, code: Packed | None,
     if b.installs and not cluster.serves(b.kind):  # before any probe: nothing written
         raise OperatorMissing(f"{b.installs} is not installed (no {b.kind.api_version} "
                               f"{b.kind.kind} resource): job {job.metadata.name} not submitted")
+    if job.spec.trainjob.runtime_ref:  # before any probe too: nothing written
+        from kdist.kube.probe.runtimeref import check_runtime
+        check_runtime(cluster, job.spec.trainjob.runtime_ref)
     notes: list[str] = []
     mode = _restart_mode(cluster, job, notes)
-    gang = G.resolve(job, served=G.can_gang(job) and cluster.serves(kinds.PODGROUP))
-    if d.gang == G.NATIVE and not cluster.serves(kinds.PODGROUP):
-        raise UsageError(f"spec.distributed.gang native: the cluster does not serve "
-                         f"{kinds.PODGROUP.api_version} PodGroups (feature gate GenericWorkload "
-                         "off, or Kubernetes < 1.37); use auto (none where not served) or none")
-    refused = refusal(cluster, G.podgroup(job)) if gang == G.NATIVE else None
+    asked = G.can_gang(job) or d.gang == G.NATIVE
+    served = kinds.podgroup(cluster.serves) if asked else None  # v1, else v1beta1
+    gang = G.resolve(job, served=G.can_gang(job) and served is not None)
+    if d.gang == G.NATIVE and served is None:
+        raise UsageError("spec.distributed.gang native: the cluster does not serve PodGroups "
+                         f"({kinds.PODGROUP_V1.api_version} or {kinds.PODGROUP.api_version}; "
+                         "feature gate GenericWorkload off, or Kubernetes < 1.37); use auto "
+                         "(none where not served) or none")
+    api = served.api_version if served is not None else G.API_VERSION
+    refused = refusal(cluster, G.podgroup(job, api)) if gang == G.NATIVE else None
     if refused and d.gang == G.NATIVE:
         raise ClusterError(f"spec.distributed.gang native: the PodGroup is refused: {refused}")
     if refused:
@@ -147,7 +154,7 @@ def create(cluster: Cluster, job: TrainingJob, code: Packed | None,
         notes.append(f"PodGroup {G.podgroup_name(job)} is refused ({refused}): job "
                      f"{job.metadata.name} is scheduled pod by pod, not as a gang "
                      "(distributed.gang auto)")
-    objects = render(job, code, mode, gang)
+    objects = render(job, code, mode, gang, api)
     try:
         return (*cluster.create(objects, dry_run=dry_run), notes)
     except ClusterError as e:
@@ -346,8 +353,9 @@ def _rank_entries(conn: Connection, name: str, rank: int | None, tail: int | Non
             out.append((RankLog(r.rank, r.pod, [], no_log_note(state, r),
                                 state.procs_per_node), iter(())))
             continue
-        lines = cluster.log_lines(r.pod, ns, tail=tail) if stream else \
-            iter(cluster.read_log(r.pod, ns, tail=tail))
+        lines = cluster.log_lines(r.pod, ns, tail=tail, container=tracker.container) \
+            if stream else iter(cluster.read_log(r.pod, ns, tail=tail,
+                                                 container=tracker.container))
         out.append((RankLog(r.rank, r.pod, [], procs_per_node=state.procs_per_node), lines))
     return out
 

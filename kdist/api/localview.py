@@ -72,7 +72,7 @@ class LocalView:
                 L.COMPLETION_INDEX: str(node)}},
             "spec": {"nodeName": "localhost"},
             "status": {"phase": phase, "containerStatuses": [
-                {"name": "pytorch", "restartCount": self.restart, "state": cstate}]}}
+                {"name": self.tracker.container, "restartCount": self.restart, "state": cstate}]}}
 
     def attempt(self, restart: int) -> None:
         """A new attempt of every node (`run_local(on_attempt=)`)."""

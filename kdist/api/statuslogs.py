@@ -37,7 +37,8 @@ def read_step_logs(cluster: Any, tracker: Any, namespace: str, tail: int) -> Non
 
     def read(pod: str) -> list[str] | None:
         try:
-            return list(cluster.read_log(pod, namespace, tail=tail))
+            return list(cluster.read_log(pod, namespace, tail=tail,
+                                         container=tracker.container))
         except KdistError:
             return None
 

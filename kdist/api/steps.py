@@ -66,12 +66,15 @@ def _number(value: Any) -> float | None:
 
 def read_metrics(conn: Connection, name: str) -> dict[int, list[Step]]:
     """Every node rank's steps, in log order (arguments already checked)."""
+    from kdist import backends
     from kdist.kube.watch.objects import parse_time, pod_selector, pod_view
     from kdist.shared.ledger import in_process_restart
 
     cluster, ns = conn.cluster(), conn.namespace()
     job = cluster.get_job(name, ns)
-    views = [v for v in (pod_view(p) for p in cluster.list_pods(ns, pod_selector(job)))
+    container = backends.of(job).container
+    views = [v for v in (pod_view(p, container)
+                         for p in cluster.list_pods(ns, pod_selector(job)))
              if v.rank is not None and v.started]
     views.sort(key=lambda v: (v.rank, v.created, v.earlier_pods, v.name))
     series: dict[int, deque[Step]] = {}
@@ -85,7 +88,7 @@ def read_metrics(conn: Connection, name: str) -> dict[int, list[Step]]:
             restart = max(attempt.get(rank, -1) + 1,
                           view.earlier_pods + view.restarts - (len(instances) - 1 - offset))
             attempt[rank] = restart
-            for raw in _log(cluster, ns, view.name, previous):
+            for raw in _log(cluster, ns, view.name, previous, container):
                 stamp, _, text = raw.partition(" ")
                 again = in_process_restart(text)  # the launcher's own line only
                 if again is not None:  # its launcher restarted the workers in process
@@ -97,15 +100,16 @@ def read_metrics(conn: Connection, name: str) -> dict[int, list[Step]]:
     return {rank: list(points) for rank, points in sorted(series.items())}
 
 
-def _log(cluster: Cluster, namespace: str, pod: str, previous: bool) -> Iterator[str]:
-    """The main container's timestamped log lines, streamed; nothing for a pod that is gone
+def _log(cluster: Cluster, namespace: str, pod: str, previous: bool,
+         container: str) -> Iterator[str]:
+    """kdist's container's timestamped log lines, streamed; nothing for a pod that is gone
     or whose container has not run (a 404 or 400), the API's error otherwise."""
     from kdist.kube import kinds
     from kdist.kube.client import LOG_READ_TIMEOUT
     from kdist.kube.errors import Action, HttpError, Transient, api_error
     from kdist.shared.errors import ClusterError
 
-    query = {"container": "pytorch", "timestamps": "true"}
+    query = {"container": container, "timestamps": "true"}
     if previous:
         query["previous"] = "true"
     action = Action("get", "pods/log", namespace, pod)

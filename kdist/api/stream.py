@@ -54,7 +54,7 @@ def _now(cluster: Cluster, job: dict[str, Any], tail: int | None, ranks: set[int
 
     tracker = tracked(cluster, job)
     state = tracker.state
-    reader = PodLogs(cluster, state.namespace)
+    reader = PodLogs(cluster, state.namespace, tracker.container)
     for r in sorted(state.ranks.values(), key=lambda r: r.rank):
         if ranks is not None and r.rank not in ranks:
             continue

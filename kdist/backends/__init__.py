@@ -84,6 +84,11 @@ def earlier_pods(labels: dict[str, Any], annotations: dict[str, Any]) -> int:
     return max(b.earlier_pods(labels, annotations) for b in BACKENDS)
 
 
+def container(name: str) -> str:
+    """kdist's container in the pods of backend `name` ("": not known yet, the default's)."""
+    return get(name).container if name else BACKENDS[0].container
+
+
 def able(capability: str) -> str:
     """The backends that have `capability` (a `Backend` flag), for an error's words."""
     return " or ".join(b.name for b in BACKENDS if getattr(b, capability))

@@ -80,6 +80,10 @@ class Backend:
     background_delete: ClassVar[bool] = False
     #: The named container port the rendezvous listens on.
     port_name: ClassVar[str] = "rendezvous"
+    #: kdist's container in each pod (the launcher's): its logs, its status and its exit
+    #: codes (podFailurePolicy) are read by this name. `pytorch` where the kind's controller
+    #: does not ask for another (the training operator asks for that one).
+    container: ClassVar[str] = "pytorch"
     #: Terminal conditions (status "True") of the kind: type -> Succeeded | Failed.
     terminal: ClassVar[dict[str, str]]
     #: RBAC rules kdist's Role needs for this kind (manifests/rbac.yaml).
@@ -110,6 +114,15 @@ class Backend:
     def rendered_kinds(self) -> list[str]:
         """The kinds its templates make, in order (checked after rendering)."""
         raise NotImplementedError
+
+    def templates_for(self, ctx: dict[str, Any]) -> tuple[str, ...]:
+        """The templates that render a job of context `ctx` (all of them but where the spec
+        drops one: a TrainJob on an existing runtime makes no runtime of its own)."""
+        return self.templates
+
+    def kinds_for(self, ctx: dict[str, Any]) -> list[str]:
+        """`rendered_kinds` of a job of context `ctx` (what `templates_for` makes)."""
+        return self.rendered_kinds()
 
     # -- reading the API's objects ----------------------------------------------------------
 

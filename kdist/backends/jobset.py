@@ -80,7 +80,7 @@ class JobSetBackend(Backend):
                 {"name": E.RESTART_COUNT, "path": f"metadata.labels['{RESTART_ATTEMPT}']"}]
 
     def context(self, ctx: dict[str, Any]) -> dict[str, Any]:
-        return {"node_job": NODE_JOB, "fail_reasons": FAIL_REASONS,
+        return {"node_job": NODE_JOB, "node_job_labels": {}, "fail_reasons": FAIL_REASONS,
                 "echo_exit_codes": [exitcodes.PEER_LOST]}
 
     def rendered_kinds(self) -> list[str]:

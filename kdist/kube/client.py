@@ -54,7 +54,7 @@ class Cluster(LogReads):
 
     def __init__(self, configuration: Any, request_timeout: float) -> None:
         super().__init__(configuration, request_timeout)
-        self._served: dict[str, bool] = {}  # kind -> served, from discovery
+        self._served: dict[kinds.Kind, bool] = {}  # kind (and version) -> served, by discovery
         self._lock = threading.Lock()
         self._kubernetes = False  # /version answered as the API server's does
 
@@ -178,15 +178,15 @@ class Cluster(LogReads):
     def serves(self, kind: kinds.Kind) -> bool:
         """Whether the cluster serves `kind` (asked once per kind, by discovery)."""
         with self._lock:
-            if kind.kind not in self._served:
+            if kind not in self._served:
                 try:
                     answer = self.request(Action("get", "apiresources"), "GET",
                                           kind.discovery())
                     found = discovered(answer, kind)
                 except (JobNotFound, OperatorMissing):
                     found = False  # 404: no such API group here (no operator, no Kueue)
-                self._served[kind.kind] = found
-            return self._served[kind.kind]
+                self._served[kind] = found
+            return self._served[kind]
 
     def workloads_of(self, job: dict[str, Any]) -> list[dict[str, Any]]:
         """Kueue's Workloads of a queued job (none without Kueue or a queue label)."""
@@ -204,10 +204,11 @@ class Cluster(LogReads):
         from kdist.kube.watch.objects import gang_of
 
         name, ns = gang_of(job), (job.get("metadata") or {}).get("namespace", "")
-        if not name or not self.serves(kinds.PODGROUP):
+        kind = kinds.podgroup(self.serves) if name else None
+        if kind is None:
             return []
         try:
-            return [self.get(kinds.PODGROUP, name, ns)]
+            return [self.get(kind, name, ns)]
         except JobNotFound:
             return []
 
@@ -346,8 +347,9 @@ class Cluster(LogReads):
 
     def _delete_unowned_podgroup(self, group: str, name: str, namespace: str) -> list[str]:
         """The PodGroup `group` of job `name`'s native gang when no object owns it (a rendered
-        job applied with kubectl; an owned one goes with its job)."""
-        return self._delete_unowned(kinds.PODGROUP, group, name, namespace)
+        job applied with kubectl; an owned one goes with its job), of the version served."""
+        kind = kinds.podgroup(self.serves)
+        return [] if kind is None else self._delete_unowned(kind, group, name, namespace)
 
     def annotate(self, obj: dict[str, Any], annotations: dict[str, str]) -> None:
         """Set `annotations` on `obj` (a JSON merge patch), if it still is that object."""

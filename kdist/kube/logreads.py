@@ -20,10 +20,12 @@ from kdist.shared.limits import MAX_ANSWER_BYTES, MAX_EVENT_BYTES
 class LogReads(Transport):
     """A connection's pod log reads."""
 
-    def read_log(self, pod: str, namespace: str, tail: int | None = None) -> list[str]:
-        """The main container's log lines (non-following): the last `tail` of them when
-        given, kept as they stream in (a server may send the whole log regardless)."""
-        query: dict[str, Any] = {"container": "pytorch"}
+    def read_log(self, pod: str, namespace: str, tail: int | None = None, *,
+                 container: str) -> list[str]:
+        """kdist's container's log lines (non-following; `container`: its backend's name):
+        the last `tail` of them when given, kept as they stream in (a server may send the
+        whole log regardless)."""
+        query: dict[str, Any] = {"container": container}
         if tail is not None:
             query["tailLines"] = tail
         action = Action("get", "pods/log", namespace, pod)
@@ -43,13 +45,14 @@ class LogReads(Transport):
         except Unanswered as u:
             raise u.error from None
 
-    def log_lines(self, pod: str, namespace: str, tail: int | None = None) -> Iterator[str]:
+    def log_lines(self, pod: str, namespace: str, tail: int | None = None, *,
+                  container: str) -> Iterator[str]:
         """`read_log`'s lines, yielded as they stream in and never held: a log of any
         size in bounded memory, as `kubectl logs` reads it. With `tail`, `read_log`'s
         last lines (a server may send the whole log regardless). Each piece of the log
         must come within the request timeout; the caller's time between lines is its own."""
         if tail is not None:
-            yield from self.read_log(pod, namespace, tail)
+            yield from self.read_log(pod, namespace, tail, container=container)
             return
         action = Action("get", "pods/log", namespace, pod)
         path = kinds.POD.item(namespace, pod, "log")
@@ -57,7 +60,7 @@ class LogReads(Transport):
         try:
             with ExitStack() as stack:
                 resp, dog = self.retrying("GET", lambda: stack.enter_context(
-                    self.exchange("GET", path, {"container": "pytorch"}, what=action)))
+                    self.exchange("GET", path, {"container": container}, what=action)))
                 pieces = bodies.pieces(resp, f"the API server at {self.server} answered GET "
                                              f"{path}")
                 yield from bodies.text_lines(each_within(pieces, dog, self.request_timeout),

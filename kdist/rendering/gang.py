@@ -1,7 +1,8 @@
 """How a rendered job's pods are scheduled (``distributed.gang``): all at once, or pod by pod.
 
 ``native``: a PodGroup (``scheduling.k8s.io/v1beta1``, KEP-4671/KEP-5832; served where the
-``GenericWorkload`` gate is on, beta and off by default in Kubernetes 1.37) named after
+``GenericWorkload`` gate is on, beta and off by default in Kubernetes 1.37; ``v1`` where the
+cluster's discovery lists podgroups there, as it will once GA) named after
 the job, with ``schedulingPolicy.gang.minCount`` = nodes, and every pod's
 ``spec.schedulingGroup.podGroupName`` naming it. kube-scheduler's GangScheduling plugin
 then holds the pods until all of them can be placed at once: two jobs that each need the
@@ -18,7 +19,8 @@ portable way to admit a job whole: a queued job gets no native gang).
 
 ``auto`` is resolved by the submitter: ``native`` where discovery shows the PodGroup
 resource, else ``none``. Without a cluster (``kdist render``, ``--dry-run=client``)
-``auto`` renders ``none``, the form every cluster accepts. A PyTorchJob never gets one:
+``auto`` renders ``none``, the form every cluster accepts, and ``native`` a v1beta1 PodGroup
+(the submitter passes the version discovery found). A PyTorchJob never gets one:
 the training operator's schema prunes a pod template's ``schedulingGroup``.
 """
 
@@ -33,6 +35,7 @@ from kdist.spec.model import TrainingJob
 
 NATIVE, NONE = "native", "none"
 MODES = (NATIVE, NONE)
+#: The PodGroup's apiVersion without a cluster to ask (Kubernetes 1.37 and 1.38 serve it).
 API_VERSION = "scheduling.k8s.io/v1beta1"
 
 
@@ -64,17 +67,20 @@ def podgroup_name(job: TrainingJob) -> str:
     return job.metadata.name
 
 
-def podgroup(job: TrainingJob) -> dict[str, Any]:
-    """The job's PodGroup: its pods are placed all together (minCount = nodes) or not at all."""
+def podgroup(job: TrainingJob, api_version: str = API_VERSION) -> dict[str, Any]:
+    """The job's PodGroup: its pods are placed all together (minCount = nodes) or not at all;
+    `api_version`: the one the cluster serves."""
     meta: dict[str, Any] = {"name": podgroup_name(job), "labels": object_labels(job, "gang")}
     if job.metadata.namespace:
         meta["namespace"] = job.metadata.namespace
-    return {"apiVersion": API_VERSION, "kind": "PodGroup", "metadata": meta,
+    return {"apiVersion": api_version, "kind": "PodGroup", "metadata": meta,
             "spec": {"schedulingPolicy": {"gang": {"minCount": job.spec.nodes}}}}
 
 
-def apply(job: TrainingJob, mode: str, ctx: dict[str, Any]) -> list[dict[str, Any]]:
-    """Add `mode`'s fields to the template context; the objects it adds (the PodGroup)."""
+def apply(job: TrainingJob, mode: str, ctx: dict[str, Any],
+          api_version: str = API_VERSION) -> list[dict[str, Any]]:
+    """Add `mode`'s fields to the template context; the objects it adds (the PodGroup, of
+    `api_version`)."""
     if mode not in MODES:
         raise RenderError(f"gang {mode!r} is not one of {', '.join(MODES)}")
     if mode == NONE:
@@ -84,4 +90,4 @@ def apply(job: TrainingJob, mode: str, ctx: dict[str, Any]) -> list[dict[str, An
     if job.spec.scheduling.queue:
         raise RenderError("gang native with scheduling.queue: Kueue admits the job whole")
     ctx["pod_spec"]["scheduling_group"] = {"podGroupName": podgroup_name(job)}
-    return [podgroup(job)]
+    return [podgroup(job, api_version)]

@@ -73,13 +73,36 @@ def _clean(value: Any) -> Any:
     return copy.deepcopy(value)
 
 
-def apply(template: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:
-    """The pod template with `overlay` merged, kdist's contract verified intact."""
+def apply(template: dict[str, Any], overlay: dict[str, Any],
+          container: str = CONTAINER) -> dict[str, Any]:
+    """The pod template with `overlay` merged, kdist's contract verified intact.
+
+    The overlay names kdist's container `pytorch` on every backend (its load-time rules
+    hold for that name); where the backend's is another (`container`: a TrainJob's
+    `node`), the overlay's item is renamed to it, and an item of that other name is
+    refused, as it would merge into kdist's container unchecked."""
+    overlay = _renamed(overlay, container)
     merged = merge(template, overlay)
     if not isinstance(merged.get("spec"), dict) or not merged["spec"].get("containers"):
         raise SpecError([f"{FIELD}: the merged pod template has no containers"])
-    _check_contract(template, merged)
+    _check_contract(template, merged, container)
     return merged
+
+
+def _renamed(overlay: dict[str, Any], container: str) -> dict[str, Any]:
+    spec = overlay.get("spec")
+    if container == CONTAINER or not isinstance(spec, dict) or \
+            not isinstance(spec.get("containers"), list):
+        return overlay
+    items = spec["containers"]
+    for i, item in enumerate(items):
+        if isinstance(item, dict) and item.get("name") == container:
+            raise SpecError([f"{FIELD}.spec.containers[{i}].name: {container!r} is kdist's "
+                             f"container on this backend; the overlay names it {CONTAINER!r}"])
+    renamed = [{**item, "name": container}
+               if isinstance(item, dict) and item.get("name") == CONTAINER else item
+               for item in items]
+    return {**overlay, "spec": {**spec, "containers": renamed}}
 
 
 def check_pod_template(template: dict[str, Any], overlaid: bool) -> None:
@@ -124,7 +147,7 @@ def check_pod_template(template: dict[str, Any], overlaid: bool) -> None:
         raise SpecError(problems)
 
 
-def _check_contract(before: dict[str, Any], after: dict[str, Any]) -> None:
+def _check_contract(before: dict[str, Any], after: dict[str, Any], container: str) -> None:
     """kdist's container still comes first with its command, image and env contract
     (no launcher-owned name set or reachable through envFrom).
 
@@ -133,11 +156,11 @@ def _check_contract(before: dict[str, Any], after: dict[str, Any]) -> None:
     old = before["spec"]["containers"][0]
     containers = after["spec"].get("containers") or []
     new = containers[0] if containers else {}
-    if new.get("name") != CONTAINER:
-        raise RenderError(f"{FIELD}: the merged pod's first container is not {CONTAINER}")
+    if new.get("name") != container:
+        raise RenderError(f"{FIELD}: the merged pod's first container is not {container}")
     for key in ("command", "args", "image"):
         if new.get(key) != old.get(key):
-            raise RenderError(f"{FIELD}: the merged pod changed {CONTAINER}'s {key}")
+            raise RenderError(f"{FIELD}: the merged pod changed {container}'s {key}")
     new_env = {e.get("name"): e for e in new.get("env") or [] if isinstance(e, dict)}
     for var in old["env"]:
         if var["name"].startswith(E.PREFIX) and new_env.get(var["name"]) != var:

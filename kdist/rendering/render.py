@@ -70,7 +70,8 @@ def with_backend(job: TrainingJob, backend: str | None) -> TrainingJob:
 
 
 def render(job: TrainingJob, code: Packed | None = None,
-           restart_mode: str | None = None, gang_mode: str | None = None) -> list[dict[str, Any]]:
+           restart_mode: str | None = None, gang_mode: str | None = None,
+           podgroup_api: str = gang.API_VERSION) -> list[dict[str, Any]]:
     """Every Kubernetes object for `job`, in creation order. Pure and deterministic.
 
     `code` is the packed workdir (``kdist.rendering.workdir.pack``; reading the tree
@@ -80,15 +81,17 @@ def render(job: TrainingJob, code: Packed | None = None,
     ("inPlace" or "recreate") is what the submitter resolved for
     ``distributed.restartMode: auto``; None: ``restarts.resolve(job)``. `gang_mode`
     ("native" or "none") likewise for ``distributed.gang``; None: ``gang.resolve(job)``.
-    A native gang's PodGroup comes last (owned by the training object too).
+    A native gang's PodGroup comes last (owned by the training object too), of
+    `podgroup_api` (the version the cluster's discovery lists; v1beta1 without one).
     """
     mode = restart_mode or restarts.resolve(job)
     configmaps = _code_configmaps(job, code)
     runtime = runtime_ship.built() if runtime_ship.mode(job) == "shipped" else None
     ctx = _context(job, code, configmaps, runtime)
     restarts.apply(job, mode, ctx)
-    podgroups = gang.apply(job, gang_mode or gang.resolve(job), ctx)
-    objects = [_render_one(name, ctx) for name in backends.get(job.spec.backend).templates]
+    podgroups = gang.apply(job, gang_mode or gang.resolve(job), ctx, podgroup_api)
+    objects = [_render_one(name, ctx)
+               for name in backends.get(job.spec.backend).templates_for(ctx)]
     _check(job, objects, ctx)
     _check_code(job, objects, configmaps)
     for obj in objects:
@@ -104,7 +107,7 @@ def _apply_overlay(job: TrainingJob, obj: dict[str, Any]) -> None:
     patch = job.spec.pod_template_overlay
     for template in _pod_templates(obj):
         if patch:
-            merged = overlay.apply(template, patch)
+            merged = overlay.apply(template, patch, backends.get(job.spec.backend).container)
             template.clear()
             template.update(merged)
         overlay.check_pod_template(template, overlaid=bool(patch))
@@ -151,6 +154,7 @@ def _context(job: TrainingJob, code: Packed | None = None,
         "image": s.image,
         "command": _command(argv, runtime),
         "args": argv[3:],
+        "container": backend.container,
         "port_name": backend.port_name,
         "port": s.distributed.port,
         "env": [{"name": k, "value": v} for k, v in env.items()],
@@ -184,6 +188,8 @@ def _context(job: TrainingJob, code: Packed | None = None,
         "ttl_seconds_after_finished": s.ttl_seconds_after_finished,
         "active_deadline_seconds": s.active_deadline_seconds,
         "nproc_per_node": str(s.procs_per_node),
+        # Backend trainjob: an existing ClusterTrainingRuntime's name (kdist.spec.trainjob).
+        "runtime_ref": s.trainjob.runtime_ref,
         "pod_spec": pod,
         # Kueue admits a queued job by unsuspending it: no pod starts before the
         # whole job has quota (all-or-nothing admission).
@@ -299,7 +305,7 @@ def _check_code(job: TrainingJob, objects: list[dict[str, Any]],
 
 def _check(job: TrainingJob, objects: list[dict[str, Any]], ctx: dict[str, Any]) -> None:
     """Parse-back check: every user value landed exactly where meant, nothing more."""
-    want_kinds = backends.get(job.spec.backend).rendered_kinds()
+    want_kinds = backends.get(job.spec.backend).kinds_for(ctx)
     if [o.get("kind") for o in objects] != want_kinds:
         raise RenderError(f"rendered kinds {[o.get('kind') for o in objects]} != {want_kinds}")
     for obj in objects:

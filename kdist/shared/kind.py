@@ -43,6 +43,13 @@ class Kind:
         url = f"{self.collection(namespace)}/{quote(name, safe='')}"
         return f"{url}/{subresource}" if subresource else url
 
+    def cluster_item(self, name: str) -> str:
+        """A cluster-scoped object's URL (no namespace); refuses anything not a valid name."""
+        problem = object_name_problem(name)
+        if problem:
+            raise UsageError(f"{self.plural}: {problem}")
+        return f"{self.collection(None)}/{quote(name, safe='')}"
+
     def discovery(self) -> str:
         return self._root()
 

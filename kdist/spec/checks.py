@@ -250,10 +250,10 @@ def nccl_env(env: dict[str, str]) -> dict[str, str]:
 
 GANG_DOC = (
     "All pods scheduled at once or none (so two jobs never both half-start): native = a "
-    "Kubernetes PodGroup with minCount = nodes (scheduling.k8s.io/v1beta1, gate "
-    "GenericWorkload); none = pod by pod; auto = native where the cluster serves PodGroups "
-    "(asked at submit), else none. native needs backend indexed-job and no scheduling.queue "
-    "(Kueue admits a queued job whole already).")
+    "Kubernetes PodGroup with minCount = nodes (scheduling.k8s.io/v1 where discovery lists "
+    "it, else v1beta1, gate GenericWorkload); none = pod by pod; auto = native where the "
+    "cluster serves PodGroups (asked at submit), else none. native needs backend indexed-job "
+    "and no scheduling.queue (Kueue admits a queued job whole already).")
 
 
 def in_place(restart_mode: str, backend: str) -> None:

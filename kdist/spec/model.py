@@ -29,6 +29,7 @@ from kdist.spec.overlay import check_overlay
 from kdist.spec.pod import PodModel as _Model
 from kdist.spec.pod import PodSettings
 from kdist.spec.scheduling import Scheduling
+from kdist.spec.trainjob import TrainJobSettings, uncarried
 
 EnvName = Annotated[str, AfterValidator(C.env_name)]
 # A string a process receives (args, env values): YAML numbers only when their
@@ -269,6 +270,8 @@ class JobSpec(_Model):
     scheduling: Scheduling = Field(default=Scheduling(), description="Placement, priority, queues.")
     pod: PodSettings = Field(default=PodSettings(), description="Pod settings a production cluster "
                              "asks for: service account, host network, volumes, ...")
+    trainjob: TrainJobSettings = Field(default=TrainJobSettings(), description="Backend "
+                                       "trainjob: an existing ClusterTrainingRuntime to run on.")
     pod_template_overlay: dict[str, Any] | None = Field(
         default=None,
         description="A strategic-merge patch on every pod template, for what spec.pod "
@@ -329,6 +332,9 @@ class JobSpec(_Model):
         C.native_gang(self.distributed.gang, self.backend, self.scheduling.queue)
         C.spares(self.distributed, self.backend, self.nodes)
         C.min_nodes(self.min_nodes, self.distributed, self.backend, self.nodes)
+        refused = uncarried(self)
+        if refused:
+            raise ValueError(refused)
         if self.checkpoint is not None:
             C.mount_free(self.checkpoint.path, [v.mount_path for v in self.pod.volumes],
                          "spec.checkpoint.path")

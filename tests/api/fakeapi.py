@@ -382,6 +382,8 @@ class _Handler(BaseHTTPRequestHandler):
             return self._json(201, created)
         if route.shape == "item" and ns is not None and method == "GET":
             return self._json(200, store.get(plural, ns, route.name))
+        if route.shape == "item" and ns is None and method == "GET":  # cluster-scoped
+            return self._json(200, store.get(plural, "", route.name))
         if route.shape == "item" and ns is not None and method == "PATCH":
             return self._json(200, store.merge_patch(plural, ns, route.name, req.body))
         if route.shape == "item" and ns is not None and method == "DELETE":

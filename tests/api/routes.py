@@ -27,6 +27,8 @@ RESOURCES: dict[str, tuple[str, str]] = {
     "jobsets": ("jobset.x-k8s.io/v1alpha2", "JobSet"),
     "localqueues": ("kueue.x-k8s.io/v1beta2", "LocalQueue"),
     "podgroups": ("scheduling.k8s.io/v1beta1", "PodGroup"),
+    # Cluster-scoped (stored in namespace ""): what a TrainJob's runtimeRef names.
+    "clustertrainingruntimes": ("trainer.kubeflow.org/v1alpha1", "ClusterTrainingRuntime"),
 }
 # Every training kind the registry has, and what each is built from (a TrainJob's
 # TrainingRuntime), from the registry itself: a new backend's kinds are served here too.

@@ -28,6 +28,8 @@ from typing import Any
 
 from tests.api.routes import KINDS, RESOURCES
 
+CLUSTER_SCOPED = {"ClusterTrainingRuntime"}  # kept in namespace "", read without one
+
 Key = tuple[str, str, str]  # (plural, namespace, name)
 
 
@@ -160,9 +162,10 @@ class Store:
         obj = copy.deepcopy(obj)
         obj.setdefault("apiVersion", api_version)
         meta = obj.setdefault("metadata", {})
-        meta.setdefault("namespace", "default")
+        meta.setdefault("namespace", "" if kind in CLUSTER_SCOPED else "default")
         with self.cond:
-            self.namespaces.add(meta["namespace"])
+            if meta["namespace"]:
+                self.namespaces.add(meta["namespace"])
             return copy.deepcopy(self._put(plural, obj, "ADDED"))
 
     def get_stored(self, plural: str, name: str, namespace: str = "default") -> dict | None:

@@ -89,7 +89,7 @@ def test_404_a_job_that_is_not_there(api, kdist, verb):
 def test_404_namespace_on_submit(api, kdist, spec):
     out = kdist("-n", "nowhere", "submit", "--no-wait", str(spec))
     error_line(out, 3, "namespace nowhere not found")
-    assert_calls(out, [("POST", "/api/v1/namespaces/nowhere/pods"), GANG,
+    assert_calls(out, [("POST", "/api/v1/namespaces/nowhere/pods"), *GANG,
                        ("POST", "/apis/batch/v1/namespaces/nowhere/jobs")])
 
 
@@ -97,7 +97,7 @@ def test_409_the_job_exists(api, kdist, spec):
     api.add(objects.job("demo"))
     out = kdist("submit", "--no-wait", str(spec))
     error_line(out, 3, "job demo already exists in namespace default", "--replace")
-    assert_calls(out, [PROBE, GANG, ("POST", JOBS)])
+    assert_calls(out, [PROBE, *GANG, ("POST", JOBS)])
 
 
 def test_409_on_the_service_rolls_the_job_back(api, kdist, spec):
@@ -105,7 +105,7 @@ def test_409_on_the_service_rolls_the_job_back(api, kdist, spec):
     out = kdist("submit", "--no-wait", str(spec))
     error_line(out, 3, "service/demo in namespace default already exists", "of job demo",
                "use --replace or `kdist delete demo`")
-    assert_calls(out, [PROBE, GANG, ("POST", JOBS), ("POST", SVCS), ("GET", f"{SVCS}/demo"),
+    assert_calls(out, [PROBE, *GANG, ("POST", JOBS), ("POST", SVCS), ("GET", f"{SVCS}/demo"),
                        ("DELETE", f"{JOBS}/demo")])
     assert api.store.alive("jobs") == [], "the half-made submission must be undone"
 

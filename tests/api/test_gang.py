@@ -21,7 +21,7 @@ GROUPS = "/apis/scheduling.k8s.io/v1beta1/namespaces/default/podgroups"
 def test_auto_makes_a_podgroup_owned_by_the_job_that_every_pod_names(api, kdist, spec):
     out = kdist("submit", "--no-wait", str(spec))
     assert out.code == 0, out.describe()
-    assert_calls(out, [PROBE, GANG, ("POST", GROUPS), ("POST", JOBS), ("POST", SVCS),
+    assert_calls(out, [PROBE, *GANG, ("POST", GROUPS), ("POST", JOBS), ("POST", SVCS),
                        ("POST", GROUPS)])
     probe = next(r for r in out.requests if r.path == GROUPS)
     assert probe.query.get("dryRun") == "All", out.describe()
@@ -56,8 +56,8 @@ def test_native_needs_podgroups_served(api, kdist, tmp_path):
     path.write_text(path.read_text().replace("distributed: {backend: gloo}",
                                              "distributed: {backend: gloo, gang: native}"))
     out = kdist("submit", "--no-wait", str(path))
-    error_line(out, 2, "spec.distributed.gang native: the cluster does not serve "
-                       "scheduling.k8s.io/v1beta1 PodGroups")
+    error_line(out, 2, "spec.distributed.gang native: the cluster does not serve PodGroups "
+                       "(scheduling.k8s.io/v1 or scheduling.k8s.io/v1beta1;")
     assert api.store.alive("jobs") == []
 
 
@@ -79,7 +79,7 @@ def test_a_refused_podgroup_leaves_nothing_to_undo(api, kdist, spec, code, said)
     api.fail(code, method="POST", path=f"{GROUPS}$")
     out = kdist("submit", "--no-wait", str(spec))
     refusal(out, "PodGroup demo", said, "pod by pod")
-    assert_calls(out, [PROBE, GANG, ("POST", GROUPS), ("POST", JOBS), ("POST", SVCS)])
+    assert_calls(out, [PROBE, *GANG, ("POST", GROUPS), ("POST", JOBS), ("POST", SVCS)])
     assert not [r for r in out.requests if r.method == "DELETE"], out.describe()
     job = api.store.get_stored("jobs", "demo")
     assert "schedulingGroup" not in job["spec"]["template"]["spec"], job
@@ -174,3 +174,74 @@ def test_a_podgroup_left_by_kdist_without_its_job_is_named(api, kdist, spec):
     error_line(out, 3, "podgroup.scheduling.k8s.io/demo in namespace default already exists",
                "left by an earlier submission of job demo",
                "kubectl -n default delete podgroup.scheduling.k8s.io demo")
+
+
+GROUPS_V1 = "/apis/scheduling.k8s.io/v1/namespaces/default/podgroups"
+
+
+@pytest.fixture
+def podgroups_v1(monkeypatch):
+    """The API server of a Kubernetes whose PodGroups are GA: served in scheduling.k8s.io/v1
+    alone (its discovery lists them there, not in v1beta1)."""
+    from tests.api import routes
+
+    monkeypatch.setitem(routes.RESOURCES, "podgroups", ("scheduling.k8s.io/v1", "PodGroup"))
+    monkeypatch.setitem(routes.KINDS, "PodGroup", ("scheduling.k8s.io/v1", "podgroups"))
+
+
+def test_where_v1_is_served_every_verb_speaks_v1(api, kdist, spec, podgroups_v1):
+    """Submit (its dry run and create), status, the watch and delete (so --replace, which
+    is delete then submit) ask for the PodGroup in v1, never in v1beta1; v1beta1's
+    discovery is not asked."""
+    from tests.api.test_verbs import _finish
+
+    out = kdist("submit", "--no-wait", str(spec))
+    assert out.code == 0, out.describe()
+    assert_calls(out, [PROBE, GANG[0], ("POST", GROUPS_V1), ("POST", JOBS), ("POST", SVCS),
+                       ("POST", GROUPS_V1)])
+    group = api.store.get_stored("podgroups", "demo")
+    assert group["apiVersion"] == "scheduling.k8s.io/v1"
+    api.store.update(dict(group, status={"conditions": [
+        {"type": "PodGroupInitiallyScheduled", "status": "False", "reason": "Unschedulable",
+         "message": "no room", "lastTransitionTime": "2025-01-02T03:04:00Z"}]}))
+    out = kdist("status", "demo")
+    assert out.code == 0 and "job demo waits as a gang (PodGroup demo): the scheduler " \
+        "cannot place all 2 pods at once, so none starts: Unschedulable: no room" \
+        in out.stdout, out.describe()
+    out = kdist("delete", "demo")  # --replace's first half
+    assert out.code == 0, out.describe()
+    api.store.finish_deletions()  # the garbage collector's part: the PodGroup it owned
+    api.on_watch["jobs"] = lambda: _finish(api, api.store.get_stored("jobs", "demo"), (0, 0))
+    out = kdist("submit", "--timeout", "10", str(spec))
+    assert out.code == 0 and "job demo succeeded" in out.stdout, out.describe()
+    assert ("GET", GROUPS_V1) in out.calls, "the watch reads the PodGroup in v1"
+    out = kdist("delete", "demo")
+    assert out.code == 0, out.describe()
+    assert api.store.alive("podgroups") == []
+    assert not [r for r in api.requests if "scheduling.k8s.io/v1beta1" in r.path], \
+        [r.path for r in api.requests if "v1beta1" in r.path]
+
+
+def test_delete_takes_an_unowned_v1_podgroup(api, kdist, tmp_path, podgroups_v1):
+    """`kubectl apply` of a rendered gang job whose PodGroup was made v1 by hand: no owner,
+    found through the job's pods' schedulingGroup, deleted in the version served."""
+    from kdist.rendering import render
+    from kdist.spec import load_job
+
+    path = objects.job_yaml(tmp_path / "native.yaml")
+    path.write_text(path.read_text().replace("distributed: {backend: gloo}",
+                                             "distributed: {backend: gloo, gang: native}"))
+    for obj in render(load_job(path), podgroup_api="scheduling.k8s.io/v1"):
+        api.add(dict(obj, metadata=dict(obj["metadata"], namespace="default")))
+    out = kdist("delete", "demo")
+    assert out.code == 0, out.describe()
+    assert ("DELETE", f"{GROUPS_V1}/demo") in [(r.method, r.path) for r in out.requests], \
+        out.describe()
+
+
+def test_check_names_the_version_served(api, kdist, podgroups_v1):
+    from tests.api.test_check import verdicts
+
+    got = verdicts(kdist("check", "-o", "json"))["gang"]
+    assert got["status"] == "ok", got
+    assert got["detail"].startswith("scheduling.k8s.io/v1 PodGroups are served"), got

@@ -4,6 +4,7 @@ a JobSet Trainer made for a TrainJob (named after it, controlled by it) is never
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -141,3 +142,39 @@ def test_another_refusal_of_the_trainjob_is_not_retried(api, kdist, spec):
     out = kdist("submit", "--no-wait", str(spec))
     assert out.code == 3, out.describe()
     assert len([r for r in out.requests if r.method == "POST" and r.path == TRAINJOBS]) == 1
+
+
+def trainer_pod(job: dict[str, Any], rank: int, exit_code: int = 0) -> dict[str, Any]:
+    """Rank `rank`'s pod of the JobSet Trainer made for `job` (kdist's labels on it, as the
+    runtime's pod template has them), its container `node` ended with `exit_code`, a sidecar
+    still running listed first (so only a lookup by name finds kdist's exit)."""
+    pod = objects.pod(job, rank, exit_code=exit_code)
+    name = job["metadata"]["name"]
+    pod["metadata"]["labels"].update({
+        jobset.JOBSET_NAME: name, jobset.REPLICATED_JOB: "node", jobset.JOB_INDEX: "0",
+        trainjob.ANCESTOR: trainjob.TRAINER_STEP})
+    pod["spec"]["containers"] = [{"name": "node"}, {"name": "sidecar"}]
+    pod["status"]["containerStatuses"][0]["name"] = "node"
+    pod["status"]["containerStatuses"].insert(0, {
+        "name": "sidecar", "restartCount": 0,
+        "state": {"running": {"startedAt": "2025-01-02T03:04:00Z"}}})
+    return pod
+
+
+def test_logs_and_status_read_the_container_named_node(api, kdist, spec):
+    """Trainer's webhook and the Kubeflow SDK know the trainer step's container as `node`:
+    kdist names its container so on this backend, and reads its log and exit by that name."""
+    job, runtime = submitted(api, kdist, spec)
+    containers = trainjob.BACKEND.pod_templates(runtime)[0]["spec"]["containers"]
+    assert [c["name"] for c in containers] == ["node"]
+    for rank, code in ((0, 0), (1, 7)):
+        (pod,) = api.add(trainer_pod(job, rank, exit_code=code))
+        api.set_log(pod["metadata"]["name"], objects.step_log(rank))
+    out = kdist("logs", "demo", "--rank", "0")
+    assert out.code == 0, out.describe()
+    assert '"step": 6' in out.stdout, out.describe()
+    reads = [r for r in out.requests if r.path.endswith("/log")]
+    assert reads and {r.query.get("container") for r in reads} == {"node"}, out.describe()
+    status = kdist("status", "demo", "-o", "json")
+    ranks = {r["rank"]: r for r in json.loads(status.stdout)["ranks"]}
+    assert status.code == 0 and ranks[1]["exit_code"] == 7, status.describe()

@@ -27,8 +27,9 @@ JOBSET = "/apis/jobset.x-k8s.io/v1alpha2"  # ... and the JobSet controller?
 #: Discovery of every operated backend's kind, in the registry's order (kdist.backends).
 DISCOVERY = [("GET", b.kind.discovery()) for b in backends.BACKENDS if b.installs]
 assert DISCOVERY[:2] == [("GET", KUBEFLOW), ("GET", JOBSET)]
-# discovery before a submission: does the cluster serve PodGroups (distributed.gang auto)?
-GANG = ("GET", "/apis/scheduling.k8s.io/v1beta1")
+# discovery before a submission: does the cluster serve PodGroups (distributed.gang auto),
+# in v1 (asked first), else v1beta1?
+GANG = [("GET", "/apis/scheduling.k8s.io/v1"), ("GET", "/apis/scheduling.k8s.io/v1beta1")]
 # A submit asks kdist check's restart-rules probe (a dry-run pod) before it renders.
 PROBE = ("POST", PODS)
 
@@ -164,12 +165,12 @@ def test_logs_follow_a_finished_job_to_its_end(api, kdist):
 def test_submit_no_wait_creates_job_then_service_owned_by_it(api, kdist, spec):
     out = kdist("submit", "--no-wait", str(spec))
     assert out.code == 0, out.describe()
-    assert_calls(out, [PROBE, GANG, ("POST", JOBS), ("POST", SVCS)])
+    assert_calls(out, [PROBE, *GANG, ("POST", JOBS), ("POST", SVCS)])
     assert all(r.query.get("fieldManager") == "kdist" for r in out.requests
                if r.method == "POST"), out.describe()
     job = api.store.get_stored("jobs", "demo")
     assert job is not None and api.store.get_stored("services", "demo") is not None
-    owners = out.requests[3].body["metadata"]["ownerReferences"]
+    owners = out.requests[4].body["metadata"]["ownerReferences"]
     assert owners == [{"apiVersion": "batch/v1", "kind": "Job", "name": "demo",
                        "uid": job["metadata"]["uid"], "blockOwnerDeletion": True}], owners
     assert "job.batch/demo created in namespace default" in out.stdout
@@ -179,7 +180,7 @@ def test_submit_no_wait_creates_job_then_service_owned_by_it(api, kdist, spec):
 def test_submit_dry_run_server_persists_nothing(api, kdist, spec):
     out = kdist("submit", "--dry-run=server", str(spec))
     assert out.code == 0, out.describe()
-    assert_calls(out, [PROBE, GANG, ("POST", JOBS), ("POST", SVCS)])
+    assert_calls(out, [PROBE, *GANG, ("POST", JOBS), ("POST", SVCS)])
     assert all(r.query.get("dryRun") == "All" for r in out.requests
                if r.method == "POST"), out.describe()
     assert api.store.names("jobs") == [] and api.store.names("services") == []
@@ -190,7 +191,7 @@ def test_submit_replace_deletes_waits_then_creates(api, kdist, spec):
     old = running_job(api, "demo")
     out = kdist("submit", "--replace", "--no-wait", str(spec))
     assert out.code == 0, out.describe()
-    assert_calls(out, delete_calls("demo") + [PROBE, GANG, ("POST", JOBS), ("POST", SVCS)])
+    assert_calls(out, delete_calls("demo") + [PROBE, *GANG, ("POST", JOBS), ("POST", SVCS)])
     assert {JOBS, PODS, SVCS} <= watched(out), out.describe()
     new = api.store.get_stored("jobs", "demo")
     assert new is not None and new["metadata"]["uid"] != old["metadata"]["uid"]
@@ -201,7 +202,7 @@ def test_submit_replace_of_a_job_that_is_not_there(api, kdist, spec):
     out = kdist("submit", "--replace", "--no-wait", str(spec))
     assert out.code == 0, out.describe()
     assert_calls(out, delete_calls("demo", job=None, service=False, wait=False)
-                 + [PROBE, GANG, ("POST", JOBS), ("POST", SVCS)])
+                 + [PROBE, *GANG, ("POST", JOBS), ("POST", SVCS)])
 
 
 def _finish(api: FakeApi, job: dict[str, Any], exit_codes: tuple[int, ...]) -> None:
@@ -221,7 +222,7 @@ def test_submit_waits_for_success(api, kdist, spec):
     out = kdist("submit", "--timeout", "10", str(spec))
     assert out.code == 0, out.describe()
     assert "job demo succeeded" in out.stdout, out.describe()
-    assert out.calls[:4] == [PROBE, GANG, ("POST", JOBS), ("POST", SVCS)], out.describe()
+    assert out.calls[:5] == [PROBE, *GANG, ("POST", JOBS), ("POST", SVCS)], out.describe()
     assert {JOBS, PODS} <= watched(out), out.describe()
 
 

@@ -63,4 +63,8 @@ def pod_specs(obj: dict[str, Any]) -> list[dict[str, Any]]:
         return [r["template"]["spec"]["template"]["spec"] for r in obj["spec"]["replicatedJobs"]]
     if obj["kind"] == "TrainingRuntime":  # a TrainJob's: its JobSet's template
         return pod_specs({"kind": "JobSet", "spec": obj["spec"]["template"]["spec"]})
+    if obj["kind"] == "TrainJob":  # on a ClusterTrainingRuntime: its trainer and patch
+        from kdist.backends import trainjob
+
+        return [t["spec"] for t in trainjob.BACKEND.pod_templates(obj)]
     return []

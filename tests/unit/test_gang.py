@@ -100,8 +100,8 @@ class FakeCluster:
 
     server = "https://fake:6443"
 
-    def __init__(self, served: bool, refuse: bool = False) -> None:
-        self.served, self.refuse = served, refuse
+    def __init__(self, served: bool, refuse: bool = False, v1: bool = False) -> None:
+        self.served, self.refuse, self.v1 = served, refuse, v1  # v1: GA's, not v1beta1
         self.discovered: list[str] = []
         self.created: list[list[dict[str, Any]]] = []
         self.asked: list[tuple[str, str]] = []  # dry-run creates: (kind, dryRun)
@@ -118,8 +118,10 @@ class FakeCluster:
         return 201, copy.deepcopy(body)
 
     def serves(self, kind) -> bool:
-        self.discovered.append(kind.kind)
-        return self.served if kind is kinds.PODGROUP else False
+        self.discovered.append(f"{kind.api_version} {kind.kind}")
+        if kind in kinds.PODGROUPS:
+            return self.served and (kind is kinds.PODGROUP_V1) == self.v1
+        return False
 
     def create(self, objects, *, dry_run=False):
         self.created.append(objects)
@@ -140,13 +142,41 @@ def test_auto_gangs_where_discovery_shows_podgroups(served, kinds_made):
     assert notes == []
     assert cluster.asked == ([("PodGroup", "All")] if served else [])
     assert bool(gang_of(created[0])) is served
-    assert "PodGroup" in cluster.discovered
+    assert cluster.discovered == ["scheduling.k8s.io/v1 PodGroup",
+                                  "scheduling.k8s.io/v1beta1 PodGroup"]
+
+
+@pytest.mark.parametrize("v1", [True, False])
+def test_the_podgroup_is_of_the_version_discovery_lists(v1):
+    """v1 where discovery lists podgroups in scheduling.k8s.io/v1 (GA), else v1beta1 (1.37);
+    v1beta1 is not asked where v1 is served."""
+    cluster = FakeCluster(True, v1=v1)
+    created, _, _ = create(cluster, job("auto"), None, False)
+    want = "scheduling.k8s.io/v1" if v1 else "scheduling.k8s.io/v1beta1"
+    (group,) = [o for o in created if o["kind"] == "PodGroup"]
+    assert group["apiVersion"] == want
+    assert kinds.of(group).api_version == want  # its create, owner patch and delete URLs
+    assert cluster.discovered == ["scheduling.k8s.io/v1 PodGroup"] + (
+        [] if v1 else ["scheduling.k8s.io/v1beta1 PodGroup"])
+
+
+def test_render_without_a_cluster_keeps_v1beta1():
+    (group,) = [o for o in render(job("native")) if o["kind"] == "PodGroup"]
+    assert group["apiVersion"] == "scheduling.k8s.io/v1beta1"
+
+
+def test_the_served_podgroup_version_prefers_v1():
+    both, beta, none = ({kinds.PODGROUP_V1, kinds.PODGROUP}, {kinds.PODGROUP}, set())
+    assert kinds.podgroup(both.__contains__) is kinds.PODGROUP_V1
+    assert kinds.podgroup(beta.__contains__) is kinds.PODGROUP
+    assert kinds.podgroup(none.__contains__) is None
 
 
 def test_native_where_podgroups_are_not_served_is_refused_before_creating():
     cluster = FakeCluster(False)
     with pytest.raises(UsageError, match=r"spec.distributed.gang native: the cluster does not "
-                                         r"serve scheduling.k8s.io/v1beta1 PodGroups"):
+                                         r"serve PodGroups \(scheduling.k8s.io/v1 or "
+                                         r"scheduling.k8s.io/v1beta1;"):
         create(cluster, job("native"), None, False)
     assert cluster.created == []
 
@@ -158,9 +188,9 @@ def test_a_refused_podgroup_sends_auto_without_a_gang_but_native_fails():
 
     renders: list[str] = []
 
-    def counted(j, code=None, mode=None, gang=None):
+    def counted(j, code=None, mode=None, gang=None, podgroup_api=G.API_VERSION):
         renders.append(gang)
-        return render(j, code, mode, gang)
+        return render(j, code, mode, gang, podgroup_api)
 
     cluster = FakeCluster(True, refuse=True)
     with pytest.MonkeyPatch.context() as m:
@@ -180,7 +210,7 @@ def test_none_and_queued_jobs_never_ask_discovery():
     for j in (job("none"), job("auto", **{"spec.scheduling": {"queue": "q"}})):
         cluster = FakeCluster(True)
         created, _, _ = create(cluster, j, None, False)
-        assert "PodGroup" not in cluster.discovered and cluster.asked == []
+        assert cluster.discovered == [] and cluster.asked == []
         assert all(o["kind"] != "PodGroup" for o in created)
 
 

@@ -250,8 +250,8 @@ class FakeCluster(Cluster):
         self.objects = {(o["kind"], o["metadata"]["name"]): o for o in objects}
         self.calls: list[tuple[str, str, str]] = []
         # No operator, no Kueue.
-        self._served = {**{b.kind.kind: False for b in backends.BACKENDS if b.installs},
-                        "Workload": False}
+        self._served = {**{b.kind: False for b in backends.BACKENDS if b.installs},
+                        kinds.WORKLOAD: False, **{k: False for k in kinds.PODGROUPS}}
         self._lock = threading.Lock()
         self.request_timeout = 15.0
 

@@ -25,11 +25,15 @@ OPERATED = tuple(b for b in backends.BACKENDS if b.installs)
 def served_features(cluster: Any) -> dict[str, bool | str]:
     """Which optional resources the cluster serves, by discovery (asked once each): True,
     False, or why discovery could not tell (a misshapen answer, a 403 or 500: one line
-    of its own, and the other checks go on)."""
+    of its own, and the other checks go on). PodGroups are asked in v1, then v1beta1
+    (`kinds.podgroup`): "podgroup" is whether either is served, "podgroup-v1" the first."""
     wanted = {**{b.name: b.kind for b in OPERATED}, "kueue": kinds.LOCALQUEUE,
-              "podgroup": kinds.PODGROUP}
+              "podgroup-v1": kinds.PODGROUP_V1, "podgroup": kinds.PODGROUP}
     served: dict[str, bool | str] = {}
     for name, kind in wanted.items():
+        if name == "podgroup" and served["podgroup-v1"] is True:
+            served[name] = True  # v1beta1 is not asked where v1 is served
+            continue
         try:
             served[name] = cluster.serves(kind)
         except KdistError as e:
@@ -56,18 +60,20 @@ def _backend(b: backends.Backend, served: bool | str) -> Verdict:
 def features(ask: Ask, ns: str, served: dict[str, bool | str]) -> list[Verdict]:
     """One verdict per optional backend or feature."""
     operated = [_backend(b, served[b.name]) for b in OPERATED]
-    return [*operated, _kueue(ask, ns, served["kueue"]), _gang(served["podgroup"]),
-            restart_rules(ask, ns)]
+    gang = _gang(served["podgroup"], served["podgroup-v1"] is True)
+    return [*operated, _kueue(ask, ns, served["kueue"]), gang, restart_rules(ask, ns)]
 
 
-def _gang(served: bool | str) -> Verdict:
+def _gang(served: bool | str, v1: bool) -> Verdict:
     if isinstance(served, str):
         return _unknown("gang", kinds.PODGROUP, served)
     if served:
-        return Verdict("gang", OK, f"{kinds.PODGROUP.api_version} PodGroups are served: jobs "
+        kind = kinds.PODGROUP_V1 if v1 else kinds.PODGROUP
+        return Verdict("gang", OK, f"{kind.api_version} PodGroups are served: jobs "
                        "are scheduled as a gang, all pods at once or none (distributed.gang "
                        "auto)")
-    return Verdict("gang", ABSENT, f"no {kinds.PODGROUP.api_version} PodGroup (feature gate "
+    return Verdict("gang", ABSENT, f"no {kinds.PODGROUP_V1.api_version} or "
+                   f"{kinds.PODGROUP.api_version} PodGroup (feature gate "
                    "GenericWorkload off, or Kubernetes < 1.37): pods are scheduled one by "
                    "one; spec.queue (Kueue) admits a job whole")
 

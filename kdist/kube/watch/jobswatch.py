@@ -180,7 +180,8 @@ class JobsWatch:
             self._read_at[key] = now
             ns = key[0]
             try:
-                lines = self.cluster.read_log(rank0.pod, ns, tail=tail)
+                lines = self.cluster.read_log(rank0.pod, ns, tail=tail,
+                                              container=tracker.container)
             except KdistError:
                 continue
             for line in lines:

@@ -193,6 +193,7 @@ class PodView:
     running: bool
     started: bool  # the main container has run (logs can be read)
     gone: bool = False  # being deleted, evicted or disrupted (`went_away`)
+    container: str = "pytorch"  # kdist's container, as the job's backend names it
 
 
 def last_words(message: str, limit: int = 300) -> str:
@@ -211,9 +212,10 @@ def last_words(message: str, limit: int = 300) -> str:
     return pick if len(pick) <= limit else pick[: limit - 3] + "..."
 
 
-def main_container(statuses: list[dict[str, Any]]) -> dict[str, Any] | None:
+def main_container(statuses: list[dict[str, Any]], container: str) -> dict[str, Any] | None:
+    """kdist's container's status (`container`: its backend's name), else the first."""
     for cs in statuses:
-        if cs.get("name") == "pytorch":
+        if cs.get("name") == container:
             return cs
     return statuses[0] if statuses else None
 
@@ -228,12 +230,13 @@ def went_away(pod: dict[str, Any]) -> bool:
         status.get("reason") == "Evicted"
 
 
-def pod_view(pod: dict[str, Any]) -> PodView:
+def pod_view(pod: dict[str, Any], container: str) -> PodView:
+    """What the watch reads of a pod; `container` is kdist's, as the job's backend names it."""
     meta, status = pod.get("metadata") or {}, pod.get("status") or {}
     annotations = meta.get("annotations") or {}
     phase = status.get("phase") or "Pending"
     reason = status.get("reason") or ""
-    cs = main_container(status.get("containerStatuses") or [])
+    cs = main_container(status.get("containerStatuses") or [], container)
     # A null member is not set (the answer's shape is checked in `kdist.kube.watch.answers`).
     state = {k: v for k, v in ((cs or {}).get("state") or {}).items() if v is not None}
     exit_code = finished = None
@@ -281,6 +284,7 @@ def pod_view(pod: dict[str, Any]) -> PodView:
         running="running" in state,
         started="running" in state or "terminated" in state,
         gone=went_away(pod),
+        container=container,
     )
 
 

@@ -130,7 +130,7 @@ def container_warnings(warned: Warned, cs: dict[str, Any], v: PodView, who: str,
                             f"{who}: container {name} restarted in place ({restarts}x)")
     elif restarts and last_term:
         # Restarted: its exit says why, unless it was seen (and said) already.
-        said = v.last_exit[2] if v.last_exit and name == "pytorch" else ""
+        said = v.last_exit[2] if v.last_exit and name == v.container else ""
         exited = exit_warning(warned, last_term, v, name, who, said)
         if exited:
             out.append(exited[0] if exited[0].startswith("more pods than") else
@@ -142,7 +142,7 @@ def container_warnings(warned: Warned, cs: dict[str, Any], v: PodView, who: str,
                                 f"code {last_term.get('exitCode')} "
                                 f"({last_term.get('reason', '')})")
     if term and not evicted:
-        out += exit_warning(warned, term, v, name, who, v.said if name == "pytorch" else "")
+        out += exit_warning(warned, term, v, name, who, v.said if name == v.container else "")
     return out
 
 def exit_warning(warned: Warned, term: dict[str, Any], v: PodView, name: str, who: str,

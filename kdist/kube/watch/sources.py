@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from kdist import backends
 from kdist.kube import kinds
 from kdist.kube.client import LOG_READ_TIMEOUT, WATCH_SECONDS, Cluster
 from kdist.kube.errors import Action, Gone, HttpError, Transient, api_error
@@ -69,8 +70,9 @@ class ApiSource:
 class PodLogs:
     """Log reading for `reflector.follow_log`, in one namespace."""
 
-    def __init__(self, cluster: Cluster, namespace: str) -> None:
+    def __init__(self, cluster: Cluster, namespace: str, container: str) -> None:
         self.cluster, self.namespace = cluster, namespace
+        self.container = container  # kdist's, as the job's backend names it
 
     def stream_log(self, pod: str, *, follow: bool, tail: int | None,
                    since_seconds: int | None) -> Iterator[str]:
@@ -78,7 +80,7 @@ class PodLogs:
         import urllib3
 
         query: dict[str, Any] = {"follow": str(follow).lower(), "timestamps": "true",
-                                 "container": "pytorch"}
+                                 "container": self.container}
         if tail is not None:
             query["tailLines"] = tail
         if since_seconds is not None:
@@ -103,7 +105,7 @@ class PodLogs:
         except JobNotFound:
             return None
         for cs in (obj.get("status") or {}).get("containerStatuses") or []:
-            if cs.get("name") == "pytorch":
+            if cs.get("name") == self.container:
                 running = (cs.get("state") or {}).get("running") is not None
                 return running, count(cs.get("restartCount"))
         return None
@@ -118,16 +120,16 @@ def job_sources(cluster: Cluster, job: dict[str, Any]) -> Sources:
     name, ns = meta["name"], meta["namespace"]
     queued = bool((meta.get("labels") or {}).get(QUEUE)) and cluster.serves(kinds.WORKLOAD)
     gang = gang_of(job)
-    gang = gang if gang and cluster.serves(kinds.PODGROUP) else ""
+    podgroup = kinds.podgroup(cluster.serves) if gang else None
     return Sources(
         job=ApiSource(cluster, kinds.of(job), ns, field_selector=f"metadata.name={name}"),
         pods=ApiSource(cluster, kinds.POD, ns, label_selector=pod_selector(job)),
-        logs=PodLogs(cluster, ns),
+        logs=PodLogs(cluster, ns, backends.of(job).container),
         queue=ApiSource(cluster, kinds.WORKLOAD, ns,
                         label_selector=f"{KUEUE_JOB_UID}={meta.get('uid', '')}")
         if queued else None,
-        gang=ApiSource(cluster, kinds.PODGROUP, ns, field_selector=f"metadata.name={gang}")
-        if gang else None)
+        gang=ApiSource(cluster, podgroup, ns, field_selector=f"metadata.name={gang}")
+        if podgroup else None)
 
 
 def wait_gone(cluster: Cluster, name: str, namespace: str, timeout: float) -> None:

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from kdist import backends
 from kdist.kube.watch.objects import (
     DELETED,
     FAILED,
@@ -61,6 +62,12 @@ class Tracker:
         self._saved_ledger: dict[str, Any] | None = None  # the job's, as last read
         self._gang_restarts = 0  # in process (no pod shows it): a launcher's, or the ledger's
         self._adopted = -1  # the ledger's version when it took up the job's kept one
+
+    @property
+    def container(self) -> str:
+        """kdist's container in the job's pods, as its backend names it (the default's
+        until the job is seen)."""
+        return backends.container(self.state.backend)
 
     def feed(self, source: str, kind: str, payload: Any) -> list[str]:
         """One item as the I/O loop queues it; returns the new warnings.
@@ -157,7 +164,7 @@ class Tracker:
 
     def pod_event(self, kind: str, pod: dict[str, Any]) -> list[str]:
         """A watch event on one of the job's pods."""
-        view = pod_view(pod)
+        view = pod_view(pod, self.container)
         if view.rank is None:
             return []
         if kind == "DELETED":

@@ -43,7 +43,7 @@ def taken(cluster: Any, sent: dict[str, Any]) -> ClusterError:
                                 f"or `kdist delete {job}`")
         # `kdist delete` finds the job's Service and ConfigMaps by name and label, and a
         # PodGroup only through the job whose pods name it.
-        advice = f"delete it ({delete})" if kind is kinds.PODGROUP else \
+        advice = f"delete it ({delete})" if kind in kinds.PODGROUPS else \
             f"use --replace or `kdist delete {job}`"
         return ClusterError(f"{ref} already exists, left by an earlier submission of job "
                             f"{job} ({owner_words(found)}): {advice}")
