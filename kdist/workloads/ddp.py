@@ -167,7 +167,7 @@ def train(args: argparse.Namespace, d: Dist) -> None:
     save = Saver(ckpt, d, meter, shards) if ckpt else None
     run_steps(args, d, start=start, loss=loss, step=step, read=meter.read,
               samples_per_step=meter.samples_per_step, save=save,
-              remember=memory.remember if memory else None)
+              remember=memory.remember if memory else None, start_saved=resumed is None)
     if memory is not None:
         memory.close()
 

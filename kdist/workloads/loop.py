@@ -43,14 +43,16 @@ class Saver:
 def run_steps(args: argparse.Namespace, d: Dist, *, start: int, loss: float | None,
               step: Callable[[int], None], read: Callable[[], tuple[float, float]],
               samples_per_step: int, save: Saver | None,
-              remember: Callable[[int, float | None], None] | None = None) -> None:
+              remember: Callable[[int, float | None], None] | None = None,
+              start_saved: bool = True) -> None:
     """Steps `start + 1 .. args.max_steps`: `step(n)` trains, `read()` gives (loss, samples/s);
-    `remember(n, loss)`, when given, keeps the state after step n (DDP's memory copy).
+    `remember(n, loss)`, when given, keeps the state after step n (DDP's memory copy);
+    `start_saved`: whether a checkpoint holds step `start` (not so after a resume from memory).
 
     Step lines carry `steps_per_s` too, so a watcher can tell the time left. Raises
     ``Preempted`` once every rank agreed to stop (a SIGTERM), after saving that step.
     """
-    saved = start
+    saved = start if start_saved else -1
     vote = StopVote()
     for n in range(start + 1, args.max_steps + 1):
         step(n)

@@ -17,7 +17,7 @@ size to each rank lacking it at a restart.
 from __future__ import annotations
 
 import argparse
-import io
+import json
 import os
 import sys
 import threading
@@ -33,6 +33,8 @@ from kdist.workloads import memory_file
 from kdist.workloads.common import AT_PEER_LOST, Dist, log_event
 from kdist.workloads.survivor import describe, plan, state_key
 
+#: Each tensor's bytes start at a multiple of this in the file's state (any dtype's size).
+ALIGN = 16
 #: How long a worker that lost its peer waits for its write in flight before it exits.
 FLUSH_S = 10.0
 
@@ -131,9 +133,7 @@ class MemoryCopy:
     def _write(self, step: int, tree: Any, ready: Any) -> None:
         if ready is not None:
             ready.synchronize()
-        buf = io.BytesIO()
-        torch.save(tree, buf)
-        memory_file.write(self.path, step, self.key, buf.getvalue())
+        memory_file.write(self.path, step, self.key, encode(tree))
 
     def close(self) -> None:
         """The run is done: its state in memory is of no further use."""
@@ -163,13 +163,68 @@ class MemoryCopy:
         else:
             assert held is not None
             payload = held.payload
-        state = torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
+        state = decode(payload)
         self.model.load_state_dict(state["model"])
         self.opt.load_state_dict(state["optimizer"])
         torch.set_rng_state(state["rng"])
         log_event("resume", step=p.step, source=f"memory of rank {p.source}, step {p.step}",
                   memory_rank=p.source, rank=d.rank, world_size=d.world_size)
         return p.step, state.get("loss")
+
+
+def encode(tree: Any) -> list[bytes | memoryview]:
+    """`tree` (dicts, lists, tensors on the host, JSON's scalars) as chunks of bytes: an
+    index (8 bytes of its length, then JSON: the tree with each tensor as its number, dicts
+    as pairs to keep their int keys) and each tensor's raw bytes. No pickle, no copy: the
+    chunks are views of the tensors (torch.save took 4x as long, measured)."""
+    tensors: list[torch.Tensor] = []
+
+    def skeleton(node: Any) -> Any:
+        if isinstance(node, torch.Tensor):
+            tensors.append(node)
+            return {"t": len(tensors) - 1, "dtype": str(node.dtype).removeprefix("torch."),
+                    "shape": list(node.shape)}
+        if isinstance(node, dict):
+            return {"d": [[k, skeleton(v)] for k, v in node.items()]}
+        if isinstance(node, (list, tuple)):
+            return {"l": [skeleton(v) for v in node]}
+        return {"v": node}
+
+    index = json.dumps(skeleton(tree)).encode()
+    chunks: list[bytes | memoryview] = [len(index).to_bytes(8, "little"), index]
+    for t in tensors:
+        view = t.contiguous().reshape(-1).view(torch.uint8).numpy().data
+        chunks.append(view)
+        if len(view) % ALIGN:  # each tensor starts aligned for any dtype
+            chunks.append(bytes(ALIGN - len(view) % ALIGN))
+    return chunks
+
+
+def decode(payload: bytes) -> Any:
+    """The tree `encode` made (its tensors in one buffer of their own)."""
+    size = int.from_bytes(payload[:8], "little")
+    data = bytearray(memoryview(payload)[8 + size:])
+    offset = 0
+
+    def build(node: dict[str, Any]) -> Any:
+        nonlocal offset
+        if "t" in node:
+            dtype = getattr(torch, node["dtype"])
+            count = 1
+            for n in node["shape"]:
+                count *= n
+            flat = torch.frombuffer(data, dtype=dtype, count=count, offset=offset) \
+                if count else torch.empty(0, dtype=dtype)
+            nbytes = count * flat.element_size()
+            offset += nbytes + (-nbytes) % ALIGN
+            return flat.reshape(node["shape"])
+        if "d" in node:
+            return {k: build(v) for k, v in node["d"]}
+        if "l" in node:
+            return [build(v) for v in node["l"]]
+        return node["v"]
+
+    return build(json.loads(payload[8:8 + size]))
 
 
 def _send(payload: bytes, to: int) -> None:

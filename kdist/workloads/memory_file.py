@@ -1,27 +1,29 @@
 """The file of one rank's newest state in memory (``kdist.workloads.memory``).
 
-One file per rank, ``kdist-memory-<job>-rank<R>.pt`` in ``$KDIST_MEMORY_DIR`` (default
-/dev/shm, the pod's in-memory emptyDir: a worker restarted in the same pod finds it; a
-new pod, a spare's included, holds none)::
+One file per rank, ``kdist-memory-<job>-<port>-rank<R>.pt`` (the job's name and master
+port) in ``$KDIST_MEMORY_DIR`` (default /dev/shm, the pod's in-memory emptyDir: a worker
+restarted in the same pod finds it; a new pod, a spare's included, holds none)::
 
     KDIST-MEMORY 1\\n
-    {"step": 40, "key": "...", "sha256": "...", "bytes": 123}\\n   the header, one JSON line
-    <bytes>                                                     torch.save of the state
+    {"step": 40, "key": "...", "crc32": 123, "bytes": 456}\\n   the header, one JSON line
+    <bytes>                                                   the state (kdist.workloads.memory)
 
 Written to a temporary name of the writer's own and renamed over the old file, so a
 reader sees the previous state or the whole new one; ``read`` returns None for a file
-that is missing, partial, corrupt (its sha256) or another job's (its key).
-Standard library only: the bytes are the caller's.
+that is missing, partial, corrupt (its CRC-32: cheap enough to compute every step, and
+a file in memory needs no more) or another job's (its key). Standard library only: the
+bytes are the caller's.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
 import sys
 import tempfile
+import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,17 +60,20 @@ def path_for(job: str, rank: int, where: Path | None = None) -> Path:
     return (where if where is not None else directory()) / f"kdist-memory-{safe}-rank{rank}.pt"
 
 
-def write(path: Path, step: int, key: str, payload: bytes) -> None:
-    """Replace `path` by the state of `step` (`payload`), atomically. No fsync: the file
-    lives in memory and matters only while the machine does."""
-    header = {"step": step, "key": key, "sha256": hashlib.sha256(payload).hexdigest(),
-              "bytes": len(payload)}
+def write(path: Path, step: int, key: str, chunks: Sequence[bytes | memoryview]) -> None:
+    """Replace `path` by the state of `step` (the bytes of `chunks`, one after the other),
+    atomically. No fsync: the file lives in memory and matters only while the machine does."""
+    crc, size = 0, 0
+    for chunk in chunks:
+        crc, size = zlib.crc32(chunk, crc), size + len(memoryview(chunk).cast("B"))
+    header = {"step": step, "key": key, "crc32": crc, "bytes": size}
     path.parent.mkdir(parents=True, exist_ok=True)
     # A name of this process's own: a frozen worker that thaws may still be writing its.
     part = path.with_name(f".{path.name}.{os.getpid()}.part")
     with open(part, "wb") as f:
         f.write(MAGIC + json.dumps(header).encode() + b"\n")
-        f.write(payload)
+        for chunk in chunks:
+            f.write(chunk)
     os.replace(part, path)
 
 
@@ -95,8 +100,8 @@ def read(path: Path, key: str) -> Held | None:
         _warn(f"{path} ignored: {len(payload)} bytes of state, its header says "
               f"{header['bytes']} (partial)")
         return None
-    if hashlib.sha256(payload).hexdigest() != header.get("sha256"):
-        _warn(f"{path} ignored: its state does not match its sha256")
+    if zlib.crc32(payload) != header.get("crc32"):
+        _warn(f"{path} ignored: its state does not match its CRC-32")
         return None
     return Held(header["step"], header, payload)
 

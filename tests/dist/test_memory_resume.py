@@ -9,7 +9,7 @@ workers, checkpoints only at the end, so any resume from a checkpoint would star
 Both end with the parameters an uninterrupted run reaches, exactly.
 
 ``python tests/dist/test_memory_resume.py [RUNS]`` measures the spare drill's "frozen ->
-first resumed step" and steps lost, from memory and from a checkpoint every 10 steps
+first resumed step" and steps lost, from memory and from a checkpoint every 5 steps
 (``--no-memory-copy``), and the copy's cost in steps per second (docs/restarts.md).
 """
 
@@ -111,32 +111,36 @@ def test_a_spare_resumes_from_rank_0s_memory_losing_no_step(tmp_path, uninterrup
     assert len(restarts) == 1 and "node 1 lost (silent for" in restarts[0]["cause"], restarts
 
 
-def measure(runs: int) -> None:
-    """Medians of `runs`: the spare drill from memory and from a checkpoint every 10 steps
-    (frozen -> first resumed step, steps lost), then steps/s with and without the copy."""
-    took: dict[str, list[tuple[float, int]]] = {"memory": [], "checkpoint every 10": []}
-    for _ in range(runs):
+def measure(runs: int, drills: bool = True) -> None:
+    """Medians of `runs`: the spare drill from memory and from a checkpoint every 5 steps
+    (the freeze comes after step 8; frozen -> first resumed step, steps lost), then steps/s
+    with and without the copy."""
+    took: dict[str, list[tuple[float, int]]] = {"memory": [], "checkpoint every 5": []}
+    for _ in range(runs if drills else 0):
         for name in took:
             flags = [] if name == "memory" else ["--no-memory-copy", "--checkpoint-every",
-                                                 "10"]
+                                                 "5"]
             with tempfile.TemporaryDirectory() as tmp:
                 proc, _ = start(Path(tmp), SPARES, argv=[*ARGV, *flags])
                 lines, seconds = drill(proc, thaw_after='"event": "resume"')
+            if seconds is None:
+                print(f"{name}: no resume", flush=True)
+                continue
             first = next(i for i, line in enumerate(lines) if '"event": "resume"' in line)
             last = max(e["step"] for e in events(lines[:first], "step") if e["rank"] == 0)
-            back = events(lines, "resume")[0]["step"]
-            if seconds is not None:
-                took[name].append((seconds, last - back))
+            took[name].append((seconds, last - events(lines, "resume")[0]["step"]))
     for name, seen in took.items():
-        print(f"spare drill, {name}: frozen -> resumed median "
-              f"{statistics.median(s for s, _ in seen):.1f} s, steps lost "
-              f"{[lost for _, lost in seen]}", flush=True)
+        if seen:
+            print(f"spare drill, {name}: frozen -> resumed median "
+                  f"{statistics.median(s for s, _ in seen):.1f} s "
+                  f"({', '.join(f'{s:.1f}' for s, _ in seen)}), steps lost "
+                  f"{[lost for _, lost in seen]}", flush=True)
     rates: dict[str, list[float]] = {"copy": [], "--no-memory-copy": []}
     for _ in range(runs):
         for name in rates:
             flags = ["--no-memory-copy"] if name != "copy" else []
             run = run_job(["--module", "kdist.workloads.ddp", "--", *TINY, "--max-steps",
-                           "300", "--log-every", "50", "--checkpoint-every", "0", *flags],
+                           "600", "--log-every", "100", "--checkpoint-every", "0", *flags],
                           nodes=2)
             steps = [e["steps_per_s"] for e in run.events("step") if e["rank"] == 0][1:]
             rates[name].append(statistics.median(steps))
@@ -145,5 +149,5 @@ def measure(runs: int) -> None:
               f"({', '.join(f'{r:.1f}' for r in seen)})", flush=True)
 
 
-if __name__ == "__main__":
-    measure(int(sys.argv[1]) if len(sys.argv) > 1 else 3)
+if __name__ == "__main__":  # [RUNS] [rate: steps/s only]
+    measure(int(sys.argv[1]) if len(sys.argv) > 1 else 3, "rate" not in sys.argv[2:])

@@ -17,7 +17,7 @@ KEY = "k1"
 
 def written(tmp_path: Path, step: int = 7, payload: bytes = b"state" * 100) -> Path:
     path = M.path_for("job/a b", 1, tmp_path)
-    M.write(path, step, KEY, payload)
+    M.write(path, step, KEY, [payload[:7], memoryview(payload)[7:]])  # written in parts
     return path
 
 
@@ -44,7 +44,7 @@ def test_a_missing_file_is_none_and_says_nothing(tmp_path, capsys):
 
 @pytest.mark.parametrize("damage, why", [
     (lambda b: b[:-3], "partial"),  # cut short (a writer killed mid-write, no rename)
-    (lambda b: b[:-1] + bytes([b[-1] ^ 1]), "does not match its sha256"),  # a flipped bit
+    (lambda b: b[:-1] + bytes([b[-1] ^ 1]), "does not match its CRC-32"),  # a flipped bit
     (lambda b: b"junk" + b, "not a kdist memory file"),
     (lambda b: M.MAGIC + b"{not json\n" + b, "ignored"),
 ])
@@ -62,12 +62,13 @@ def test_another_jobs_or_models_state_is_ignored(tmp_path, capsys):
     assert "another job's" in capsys.readouterr().err
 
 
-def test_the_header_names_the_step_size_and_checksum(tmp_path):
+def test_the_header_names_the_step_size_and_crc(tmp_path):
     path = written(tmp_path, 12, b"xyz")
     data = path.read_bytes()
     assert data.startswith(M.MAGIC)
     header = json.loads(data[len(M.MAGIC):].split(b"\n", 1)[0])
-    assert header["step"] == 12 and header["bytes"] == 3 and len(header["sha256"]) == 64
+    assert (header["step"], header["bytes"]) == (12, 3)
+    assert header["crc32"] == __import__("zlib").crc32(b"xyz")
 
 
 def test_the_directory_is_the_env_s_else_dev_shm(tmp_path, monkeypatch):
@@ -122,3 +123,28 @@ def test_a_local_run_gives_each_node_a_dev_shm_of_its_own():
         assert memory_dir(root, 1, 0) != memory_dir(root, 1, 1)
     finally:
         shutil.rmtree(root)
+
+
+def test_the_state_encodes_and_decodes_exactly_without_pickle():
+    torch = pytest.importorskip("torch")
+    from kdist.workloads.memory import decode, encode
+
+    tree = {"model": {"w": torch.randn(3, 5), "b": torch.arange(3, dtype=torch.bfloat16)},
+            "optimizer": {"state": {0: {"momentum_buffer": torch.randn(3, 5), "step":
+                                        torch.tensor(4.0)}},
+                          "param_groups": [{"lr": 0.1, "params": [0, 1], "nesterov": False,
+                                            "foreach": None}]},
+            "rng": torch.get_rng_state(), "empty": torch.zeros(0, 2), "step": 9, "loss": None}
+    payload = b"".join(bytes(c) for c in encode(tree))
+    got = decode(payload)
+    assert got["step"] == 9 and got["loss"] is None
+    assert got["optimizer"]["param_groups"] == tree["optimizer"]["param_groups"]
+    assert list(got["optimizer"]["state"]) == [0]  # int keys stay ints
+    for path in (("model", "w"), ("model", "b"), ("rng",), ("empty",)):
+        a, b = got, tree
+        for k in path:
+            a, b = a[k], b[k]
+        assert a.dtype == b.dtype and torch.equal(a, b), path
+    got_m = got["optimizer"]["state"][0]
+    assert torch.equal(got_m["momentum_buffer"], tree["optimizer"]["state"][0]["momentum_buffer"])
+    assert got_m["step"].shape == () and got_m["step"].item() == 4.0
