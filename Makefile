@@ -9,6 +9,11 @@ export PIP_FIND_LINKS := $(KDIST_CACHE)/wheels /opt/wheels
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 KUBECONFIG_E2E ?= $(CURDIR)/.cluster/kubeconfig
 STAMP := .install.stamp
+# The drills (tests/dist, tests/compat, the cluster suites) time real processes on a
+# shared 2-core machine: a drill that fails is run once more, and the summary line says
+# "N rerun" (each one a margin to look at, docs/testing.md); one that fails twice fails.
+# The slowest tests are printed too: what CI time is trimmed by.
+DRILL_FLAGS ?= --reruns 1 --reruns-delay 2 --durations=15
 CLI_STAMP := .install-cli.stamp
 DEMO_STAMP := .install-demo.stamp
 
@@ -51,7 +56,7 @@ test: install lint ## Lint, layers, types, check manifests/ and the docs are fre
 	$(PYTHON) -m kdist.spec.docsgen --check
 	@# Unit and fake-API tests mostly wait (subprocesses, sockets): two at once halves them.
 	$(PYTHON) -m pytest tests/unit tests/api -q -p no:cacheprovider -n 2
-	$(PYTHON) -m pytest tests/dist tests/compat -q -p no:cacheprovider
+	$(PYTHON) -m pytest tests/dist tests/compat -q -p no:cacheprovider $(DRILL_FLAGS)
 
 unit: install ## Unit tests only (no processes, no cluster; seconds)
 	$(PYTHON) -m pytest tests/unit -q -p no:cacheprovider
@@ -88,7 +93,7 @@ image: install ## Build the CPU training image and load it into the cluster as k
 # ClusterQueue's whole quota) run alone afterwards.
 E2E_WORKERS ?= 2
 # A single node: the 2-node tests run on kind (make e2e-kind) instead of skipping here.
-E2E_PYTEST = KUBECONFIG=$(KUBECONFIG_E2E) $(PYTHON) -m pytest tests/e2e -q -p no:cacheprovider \
+E2E_PYTEST = KUBECONFIG=$(KUBECONFIG_E2E) $(PYTHON) -m pytest tests/e2e -q -p no:cacheprovider $(DRILL_FLAGS) \
 	--ignore=tests/e2e/test_node_loss.py
 
 e2e: install cluster-up image ## cluster-up + image + the e2e suite against .cluster/kubeconfig
@@ -114,7 +119,7 @@ e2e-kind: install kind-up ## kind-up + E2E_KIND_TESTS (default: the 2-node tests
 	KUBECONFIG=$(KIND_STATE)/kubeconfig KDIST_CLUSTER_LOGS=$(KIND_STATE)/logs \
 	KDIST_KIND_DOCKER_HOST=unix://$(KIND_STATE)/run/docker.sock \
 	KDIST_E2E_SHARED_DIR=$(KIND_STATE)/shared TMPDIR=$(KIND_STATE)/shared \
-	$(PYTHON) -m pytest $(E2E_KIND_TESTS) -q -p no:cacheprovider || rc=$$?; \
+	$(PYTHON) -m pytest $(E2E_KIND_TESTS) -q -p no:cacheprovider $(DRILL_FLAGS) || rc=$$?; \
 	bash tests/cluster/kind/dist.sh || rc=$$?; \
 	exit $$rc
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.harness import REPO, BenchError, Skip, clean_env, tail
+from bench.harness import REPO, BenchError, Skip, clean_env, peak_rss_kb, tail
 
 KWOK_SH = REPO / "tests" / "cluster" / "kwok.sh"
 OWNER_FILE = Path("/run/kdist-cluster.owner")
@@ -146,14 +146,18 @@ class Cost:
 
 def measure(cmd: Sequence[str], proxy: Any = None, *, timeout: float = 900,
             check: bool = True) -> Cost:
-    """Run `cmd` to its end; its own rusage (wait4), not its siblings'."""
+    """Run `cmd` to its end; its own CPU (wait4's rusage), not its siblings', and its own
+    peak memory (`peak_rss_kb`: a shell's children sampled every ~0.25 s)."""
     if proxy is not None:
         proxy.reset()
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         started = time.monotonic()
         p = subprocess.Popen(list(cmd), env=clean_env(), stdout=out, stderr=err, text=True)
-        deadline = started + timeout
-        while True:
+        deadline, peak_kb, polls = started + timeout, 0, 0
+        shell = cmd[0] == "sh"  # kubectl chained by a shell: its children, every 10th poll
+        while True:  # not wait4's ru_maxrss: it counts this (harness) process's memory
+            peak_kb = max(peak_kb, peak_rss_kb(p.pid, tree=shell and polls % 10 == 0))
+            polls += 1
             pid, status, usage = os.wait4(p.pid, os.WNOHANG)
             if pid:
                 break
@@ -166,7 +170,7 @@ def measure(cmd: Sequence[str], proxy: Any = None, *, timeout: float = 900,
         p.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         err.seek(0)
-        cost = Cost(p.returncode, wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024,
+        cost = Cost(p.returncode, wall, usage.ru_utime + usage.ru_stime, peak_kb / 1024,
                     proxy.snapshot() if proxy is not None else {}, out.read(), err.read())
     if check and cost.code != 0:
         raise BenchError(f"{' '.join(cmd[:6])} ... exited {cost.code}:\n"

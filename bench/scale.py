@@ -26,6 +26,7 @@ import sys
 import time
 from typing import Any
 
+from bench import scalestatus
 from bench.harness import (
     PYTHON,
     REPO,
@@ -60,6 +61,7 @@ FIGURES = [
          A, "(absolute)"),
     Spec("scale.queries_per_node_1024", "store queries per node, all four protocols",
          "queries", A, "(absolute)"),
+    *scalestatus.FIGURES,
 ]
 
 
@@ -174,7 +176,14 @@ def table(n: int, figures: dict[str, dict[str, float]]) -> str:
 
 
 def run(ctx: Ctx) -> dict[str, Measured]:
-    """The short form, for ``bench.run``: 64 and 1,024 nodes."""
+    """The short form, for ``bench.run``: 64 and 1,024 nodes; then `kdist status` of a
+    1,000-pod job against the fake API (`bench.scalestatus`)."""
+    out = _protocols(ctx)
+    out.update(scalestatus.run(ctx))
+    return out
+
+
+def _protocols(ctx: Ctx) -> dict[str, Measured]:
     rounds = ctx.rounds
     samples: dict[int, list[dict[str, dict[str, float]]]] = {64: [], 1024: []}
     for r in range(rounds):

@@ -272,15 +272,28 @@ def _check_rank(job: dict[str, Any], rank: int | None) -> None:
 
 
 def tracked(cluster: Cluster, job: dict[str, Any]) -> Any:
-    """A Tracker that has seen `job` and its pods as they are now."""
+    """A Tracker that has seen `job` and its pods as they are now: read a page at a time
+    (`POD_PAGE` pods), each fed and let go before the next is read."""
+    from kdist.kube.errors import Gone
     from kdist.kube.watch.objects import pod_selector
     from kdist.kube.watch.tracker import Tracker
+    from kdist.shared.limits import POD_PAGE
 
     meta = job["metadata"]
-    tracker = Tracker(meta["name"], meta["namespace"])
-    tracker.job_event("ADDED", job)
-    tracker.pod_relist(cluster.list_pods(meta["namespace"], pod_selector(job)))
-    return tracker
+
+    def fed(pages: Iterator[list[dict[str, Any]]]) -> Any:
+        tracker = Tracker(meta["name"], meta["namespace"])
+        tracker.job_event("ADDED", job)
+        for page in pages:  # a fresh tracker: each pod once, as a relist would feed it
+            for pod in page:
+                tracker.pod_event("MODIFIED", pod)
+        return tracker
+
+    ns, selector = meta["namespace"], pod_selector(job)
+    try:
+        return fed(cluster.list_pages(kinds.POD, ns, POD_PAGE, label_selector=selector))
+    except Gone:  # the pages' snapshot expired before the last was read: all in one
+        return fed(iter([cluster.list_pods(ns, selector)]))
 
 
 def status(conn: Connection, name: str, *, tail: int = 2000) -> JobState:

@@ -318,6 +318,9 @@ def print_status(state: JobState) -> None:
             for r in sorted(state.ranks.values(), key=lambda r: r.rank)]
     console.file.write("".join(line + "\n" for line in columns(headers, rows)))
     spares = [f"spare in slot {slot}: {what}" for slot, what in sorted(state.spares.items())]
+    if state.size is not None and state.size != state.nodes:  # an elastic gang shrank
+        spares.insert(0, f"training on {state.size} of {state.nodes} nodes (spec.minNodes: "
+                         "the gang shrank after a node was lost)")
     for line in [*spares, *ledger_lines(state.ledger), *(f"note: {n}" for n in state.notes)]:
         console.print(shown(line))
 
@@ -335,6 +338,7 @@ def ledger_lines(ledger: dict[str, Any] | None) -> list[str]:
                 if ledger.get("succeeded") else "not resumed")
         at = str(r.get("faultAt") or "?")[11:19]
         spare = f"; spare in {r['spare']}" if r.get("spare") else ""
+        spare += f"; {r['shrank']}" if r.get("shrank") else ""
         lines.append(f"restart {i} at {at}: {r.get('cause')}{spare}; {back}")
     allowed = ledger.get("restartsAllowed")
     goodput = ledger.get("goodput")

@@ -11,25 +11,24 @@ only, and every answer is checked to be the Kubernetes API's (an HTML page is an
 error, not a crash). Each request ends by its deadline, the request timeout
 (default 15 s), connecting and the whole answer included; answers are read in
 bounded pieces, never past kdist's caps; a 429 asking for a short wait is sent
-again (`kdist.kube.connect.transport`).
+again (`kdist.kube.connect.transport`). A job's pods can be read a page at a time
+(`list_pages`); pod logs are read by the base class, `kdist.kube.logreads`.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from contextlib import ExitStack
 from typing import Any
 
 from kdist import backends
 from kdist.kube import kinds
 from kdist.kube.connect import bodies
 from kdist.kube.connect.config import ClusterOptions, KubeConfig
-from kdist.kube.connect.deadline import each_within
-from kdist.kube.connect.transport import Transport
 from kdist.kube.errors import (
     RETRYABLE_STATUS,
     Action,
+    Gone,
     HttpError,
     MaybeDone,
     Transient,
@@ -38,6 +37,7 @@ from kdist.kube.errors import (
     not_kubernetes,
     not_the_api,
 )
+from kdist.kube.logreads import LogReads
 from kdist.kube.watch.answers import checked, discovered, listed, refused
 from kdist.kube.write import owned
 from kdist.shared import jsonread
@@ -45,10 +45,11 @@ from kdist.shared.errors import JobNotFound, OperatorMissing
 from kdist.shared.limits import MAX_ANSWER_BYTES, MAX_EVENT_BYTES
 
 WATCH_SECONDS = 60  # server-side timeoutSeconds of each watch; the read timeout is longer
+MAX_PAGES = 1000  # of a paged list: a server that never stops continuing is refused
 LOG_READ_TIMEOUT = 120  # a log quiet this long is reconnected (and checked) once
 
 
-class Cluster(Transport):
+class Cluster(LogReads):
     """One API server, as the kubeconfig (and --context) says."""
 
     def __init__(self, configuration: Any, request_timeout: float) -> None:
@@ -105,6 +106,8 @@ class Cluster(Transport):
         try:
             data, content_type = self.retrying(method, once)
         except HttpError as e:
+            if e.status == 410 and "continue" in (query or {}):
+                raise Gone() from None  # a paged list's snapshot expired between pages
             if transient and e.status in RETRYABLE_STATUS:
                 raise Transient(f"{e.status} {e.reason}") from None
             self._check_kubernetes(e)
@@ -151,6 +154,27 @@ class Cluster(Transport):
         where = f"in namespace {namespace}" if namespace else "in every namespace"
         return listed(answer, kind, f"the list of {kind.plural} {where}")
 
+    def list_pages(self, kind: kinds.Kind, namespace: str, limit: int,
+                   **selectors: str) -> Iterator[list[dict[str, Any]]]:
+        """`list_objects` in pages of at most `limit` items (limit and continue, as kubectl
+        lists), each read when the last is used: one page's objects held at a time, all of
+        one snapshot. `Gone` when that snapshot expired between pages (list again whole)."""
+        query = {_SELECTOR_PARAMS[k]: v for k, v in selectors.items()}
+        query["limit"] = str(limit)
+        where = f"the list of {kind.plural} in namespace {namespace}"
+        for page in range(MAX_PAGES):
+            answer = self.request(Action("list", kind.plural, namespace), "GET",
+                                  kind.collection(namespace), query)
+            yield listed(answer, kind, f"{where}, page {page + 1}")
+            token = (answer.get("metadata") or {}).get("continue") or ""
+            if not token:
+                return
+            if not isinstance(token, str) or token == query.get("continue"):
+                raise refused(where, f"page {page + 1} continues at {str(token)[:40]!r} "
+                                     "again, or not at a string")
+            query["continue"] = token
+        raise refused(where, f"it goes on past {MAX_PAGES} pages of {limit}")
+
     def serves(self, kind: kinds.Kind) -> bool:
         """Whether the cluster serves `kind` (asked once per kind, by discovery)."""
         with self._lock:
@@ -193,8 +217,13 @@ class Cluster(Transport):
         return [b.kind for b in backends.BACKENDS if not b.installs or self.serves(b.kind)]
 
     def get_job(self, name: str, namespace: str) -> dict[str, Any]:
-        """The training object named `name`, of the first training kind that has one."""
-        for kind in self.training_kinds():
+        """The training object named `name`, of the first training kind that has one. An
+        operator's kind is asked of discovery only once the kinds before it have no such
+        job: a built-in Indexed Job costs one request, not one per operator first."""
+        for b in backends.BACKENDS:
+            kind = b.kind
+            if b.installs and not self.serves(kind):
+                continue
             try:
                 obj = self.get(kind, name, namespace)
             except JobNotFound:
@@ -219,53 +248,6 @@ class Cluster(Transport):
 
     def list_pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
         return self.list_objects(kinds.POD, namespace, label_selector=selector)
-
-    def read_log(self, pod: str, namespace: str, tail: int | None = None) -> list[str]:
-        """The main container's log lines (non-following): the last `tail` of them when
-        given, kept as they stream in (a server may send the whole log regardless)."""
-        query: dict[str, Any] = {"container": "pytorch"}
-        if tail is not None:
-            query["tailLines"] = tail
-        action = Action("get", "pods/log", namespace, pod)
-        path = kinds.POD.item(namespace, pod, "log")
-
-        def once() -> list[str]:
-            with self.exchange("GET", path, query, what=action) as (resp, _):
-                where = f"the API server at {self.server} answered GET {path}"
-                return bodies.last_lines(bodies.pieces(resp, where), tail, MAX_ANSWER_BYTES,
-                                         MAX_EVENT_BYTES,
-                                         f"the log of pod {pod} in namespace {namespace}")
-
-        try:
-            return self.retrying("GET", once)
-        except HttpError as e:
-            raise api_error(e, action, self.server) from None
-        except Unanswered as u:
-            raise u.error from None
-
-    def log_lines(self, pod: str, namespace: str, tail: int | None = None) -> Iterator[str]:
-        """`read_log`'s lines, yielded as they stream in and never held: a log of any
-        size in bounded memory, as `kubectl logs` reads it. With `tail`, `read_log`'s
-        last lines (a server may send the whole log regardless). Each piece of the log
-        must come within the request timeout; the caller's time between lines is its own."""
-        if tail is not None:
-            yield from self.read_log(pod, namespace, tail)
-            return
-        action = Action("get", "pods/log", namespace, pod)
-        path = kinds.POD.item(namespace, pod, "log")
-        what = f"the log of pod {pod} in namespace {namespace}"
-        try:
-            with ExitStack() as stack:
-                resp, dog = self.retrying("GET", lambda: stack.enter_context(
-                    self.exchange("GET", path, {"container": "pytorch"}, what=action)))
-                pieces = bodies.pieces(resp, f"the API server at {self.server} answered GET "
-                                             f"{path}")
-                yield from bodies.text_lines(each_within(pieces, dog, self.request_timeout),
-                                             MAX_EVENT_BYTES, what)
-        except HttpError as e:
-            raise api_error(e, action, self.server) from None
-        except Unanswered as u:
-            raise u.error from None
 
     # -- delete ---------------------------------------------------------------------------
 

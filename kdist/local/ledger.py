@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from kdist.shared.ledger import Ledger, in_process_restart, iso, spare_took
+from kdist.shared.ledger import Ledger, in_process_restart, iso, shrank, spare_took
 from kdist.shared.records import parse_record
 
 # A launcher's last words on its node's failure (kdist.runtime.agent): "...; exiting N: why".
@@ -61,12 +61,16 @@ class LocalLedger:
         now = self.clock()
         again = in_process_restart(text)
         took = spare_took(text)
+        smaller = shrank(text)
         with self._lock:
             if again is not None:
                 self.ledger.restarted_in_process(again, now, self._step)
                 return
             if took is not None:
                 self.ledger.spare_took(*took)
+                return
+            if smaller is not None:
+                self.ledger.shrank_to(*smaller)
                 return
             m = _EXITING.search(text.rstrip())
             if m is not None and m.group(2) != "0":

@@ -111,7 +111,7 @@ def run_local(job: Any, *, stdout: IO[str] | None = None, code: Any = None,
         for env in envs:
             env["PYTHONPATH"] = os.pathsep.join(
                 p for p in (str(workspace), env.get("PYTHONPATH")) if p)
-    ledger = LocalLedger(job.spec.distributed.max_restarts)
+    ledger, s = LocalLedger(job.spec.distributed.max_restarts), job.spec
     counts = tempfile.TemporaryDirectory(prefix="kdist-restarts-")
     dirs = None
     d = job.spec.distributed
@@ -125,7 +125,8 @@ def run_local(job: Any, *, stdout: IO[str] | None = None, code: Any = None,
                          max_restarts=job.spec.distributed.max_restarts, cwd=workspace,
                          node_argvs=argvs, on_attempt=on_attempt, on_interrupt=on_interrupt,
                          ledger=ledger, restart_dirs=dirs,
-                         ranks=job.spec.nodes if job.spec.distributed.spares else None)
+                         ranks=s.min_nodes if s.elastic else s.nodes if s.distributed.spares
+                         else None)  # an elastic job: a lost node never succeeds
     summary = ledger.summary(succeeded=code == 0)
     if summary is not None and on_ledger is not None:
         on_ledger(summary)
@@ -306,9 +307,10 @@ def run_nodes(
     every node's exit and each restart. ``restart_dirs``: a directory per node, as a pod
     restarting in place has (``KDIST_RESTART_DIR``): the launchers restart their workers
     themselves and count every restart there (the runner's too), bounding them.
-    ``ranks``: with warm spares, the job succeeds once this many nodes have (whichever
-    hold the ranks, as a Job succeeds on its pods), and the rest (free spares) are stopped; a
-    node that exits ``exitcodes.FENCED`` (a spare took its rank) is no failure.
+    ``ranks``: with warm spares or elastic (``spec.minNodes``), the job succeeds once this
+    many nodes have (whichever hold the ranks, as a Job succeeds on its pods), and the rest
+    (free spares, a lost node) are stopped; a node that exits ``exitcodes.FENCED`` (a spare
+    took its rank, or the gang went on without it) is no failure.
     """
     out = stdout if stdout is not None else sys.stdout
     argvs = list(node_argvs) if node_argvs is not None else [argv] * len(envs)
@@ -383,8 +385,9 @@ def _run_once(
                 pending -= 1
                 succeeded += rc == 0
                 if ranks is not None and rc == exitcodes.FENCED:
-                    print(f"kdist: node {node} was fenced (a spare holds its rank): not a "
-                          "failure", file=sys.stderr, flush=True)
+                    print(f"kdist: node {node} was fenced (a spare holds its rank, or the "
+                          "gang went on without it): not a failure", file=sys.stderr,
+                          flush=True)
                 elif rc:
                     failures.append((node, exitcodes.of_returncode(rc)))
                     if ledger is not None:

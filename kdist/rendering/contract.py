@@ -68,6 +68,8 @@ def env_contract(
         env[E.WARM_WORKERS] = "1"
     if s.distributed.spares:
         env[E.SPARES] = str(s.distributed.spares)
+    if s.elastic:
+        env[E.MIN_NODES] = str(s.min_nodes)
     if s.checkpoint is not None:
         env[E.CHECKPOINT_DIR] = s.checkpoint.path
     env["OMP_NUM_THREADS"] = str(omp_threads(job))

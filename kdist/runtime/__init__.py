@@ -15,6 +15,7 @@ import-linter contract), since it runs in the training image.
 - ``heartbeat``: ``nodeLossSeconds``: a node whose launcher falls silent is lost, in seconds.
 - ``membership``, ``spares``: ``spares``: a warm spare takes a lost node's rank; the node,
   back, is fenced.
+- ``elastic``: ``spec.minNodes``: the survivors of a lost node go on at a smaller size.
 - ``failures``: which failure names the node's, and a lost peer told from a code error.
 - ``preemption``: SIGTERM -> every rank agrees to stop at the same step.
 - ``launch``: the launcher itself (argv, then the order of things): ``python -m kdist.launch``.

@@ -248,7 +248,8 @@ def run(plan: LaunchPlan, module: str | None, rest: list[str], *, prefix_lines: 
     previous = {sig: signal.signal(sig, _raise) for sig in FORWARDED}
     output_open = True
     try:
-        if plan.progress_timeout_s or plan.nnodes > 1:  # a hang, or node 0 gone
+        # a hang, node 0 gone, or (an elastic gang of one) the members for a node coming back
+        if plan.progress_timeout_s or plan.nnodes > 1 or plan.tracks_members:
             progress = JobProgress(plan, output, started=lambda: bool(workers))
             hang.progress = progress
             watchdog = Watchdog(plan.progress_timeout_s, progress.total, hang,

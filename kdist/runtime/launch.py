@@ -76,7 +76,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from kdist.runtime import rendezvous, restarts, spares, standby, torchcheck, worker_exec
+from kdist.runtime import elastic, rendezvous, restarts, spares, standby, torchcheck, worker_exec
 from kdist.runtime.agent import Said, run, say
 from kdist.runtime.failures import cause as _cause
 from kdist.runtime.failures import pick_failure
@@ -265,18 +265,19 @@ def _first_meet(plan: LaunchPlan, listener: socket.socket | None,
 
 
 def _meet(plan: LaunchPlan, listener: socket.socket | None, started: float,
-          lost: Sequence[int] = ()) -> LaunchPlan:
+          lost: Sequence[int] = (), cause: str = "") -> LaunchPlan:
     """The rendezvous: every node's launcher joined, on the highest restart count any
-    brought (``rendezvous.meet``); ``lost``: the node ranks this one found lost."""
+    brought (``rendezvous.meet``); ``lost``: the node ranks this one found lost;
+    ``cause``: why it restarts, told to the nodes still running."""
     mine = plan.restart_count or 0
-    met = rendezvous.meet(plan, listener, started, mine, lost)
-    if met.waited >= 1.0:
-        _say(f"all {plan.nnodes} nodes joined after {met.waited:.1f}s")
-    if plan.spares and met.members is not None and met.members != plan.members:
-        plan = dataclasses.replace(plan, members=met.members)
-        if met.members.generation:
-            _say(f"the gang is on generation {met.members.generation}: node ranks held by "
-                 f"slots {', '.join(map(str, met.members.slots))}")
+    met = rendezvous.meet(plan, listener, started, mine, lost, cause=cause)
+    if met.waited >= 1.0:  # the nodes that met: fewer where an elastic gang shrank
+        met_nodes = plan.nnodes if met.members is None else len(met.members.slots)
+        _say(f"all {met_nodes} nodes joined after {met.waited:.1f}s")
+    if plan.tracks_members and met.members is not None and met.members != plan.members:
+        plan, said = elastic.adopt(plan, met.members)  # Fenced: it went on without this node
+        if said:
+            _say(said)
     if met.restart == mine:
         return plan
     _say(f"the gang is on restart {met.restart} (this node counted {mine})")
@@ -292,7 +293,7 @@ def _again(plan: LaunchPlan, code: int, listener: socket.socket | None, in_place
     count = (plan.restart_count or 0) + 1
     why = _EXITING.sub("", Said.last)
     try:
-        if plan.spares:  # back from a silence that cost this node its rank: no restart
+        if plan.tracks_members:  # back from a silence that cost this node its rank
             spares.probe(plan)
     except Fenced as e:
         _say(f"{e}; exiting {e.exit_code}")
@@ -301,7 +302,7 @@ def _again(plan: LaunchPlan, code: int, listener: socket.socket | None, in_place
     lost = [] if Said.lost_node is None else [Said.lost_node]
     try:
         again = _meet(dataclasses.replace(plan, restart_count=count), listener,
-                      time.monotonic(), lost)
+                      time.monotonic(), lost, cause=why)
     except Fenced as e:
         _say(f"{e}; exiting {e.exit_code}")
         return plan, e.exit_code

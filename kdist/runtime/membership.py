@@ -59,19 +59,21 @@ class Members:
 
     @classmethod
     def decode(cls, raw: bytes, nnodes: int) -> Members | None:
-        """The record as stored, or None when it is not one of ``nnodes`` ranks."""
+        """The record as stored, or None when it is not one of 1 to ``nnodes`` ranks (an
+        elastic gang, ``kdist.runtime.elastic``, holds fewer ranks once it shrank)."""
         try:
             gen, _, slots = raw.decode("ascii").partition(":")
             parsed = tuple(int(s) for s in slots.split(","))
             generation = int(gen)
         except (UnicodeDecodeError, ValueError):
             return None
-        if len(parsed) != nnodes or generation < 0 or min(parsed) < 0:
+        if len(parsed) > nnodes or generation < 0 or min(parsed) < 0:
             return None
         return cls(generation, parsed)
 
-    def holder(self, rank: int) -> int:
-        return self.slots[rank]
+    def holder(self, rank: int) -> int | None:
+        """The slot holding ``rank``, or None (an elastic gang shrank below it)."""
+        return self.slots[rank] if 0 <= rank < len(self.slots) else None
 
     def rank_of(self, slot: int) -> int | None:
         """The rank ``slot`` holds, or None (a free spare)."""
@@ -87,7 +89,7 @@ class Members:
 def fenced(held: int | None, rank: int, slot: int, current: Members | None) -> bool:
     """Whether a launcher in ``slot`` that held ``rank`` at generation ``held`` (None: it
     held none yet, a fresh start) must stop: a newer generation gave the rank to another
-    slot."""
+    slot, or (an elastic gang, ``kdist.runtime.elastic``) went on without this slot."""
     if held is None or current is None:
         return False
     return current.generation > held and current.holder(rank) != slot
@@ -107,9 +109,13 @@ def start_role(slot: int, nnodes: int, current: Members | None) -> int | None:
 
 
 def fence_line(slot: int, rank: int, held: int, current: Members) -> str:
+    holder = current.holder(rank)
+    now = (f"slot {holder} holds it (a spare took it, or the gang shrank and renumbered its "
+           "nodes, while this node was lost)" if holder is not None else
+           f"the gang went on with {len(current.slots)} node(s) without it (elastic: "
+           "it shrank while this node was lost)")
     return (f"fenced: this pod (slot {slot}) held node rank {rank} at generation {held}; "
-            f"at generation {current.generation} slot {current.holder(rank)} holds it (a "
-            "spare took it while this node was lost): exiting without touching the job's "
+            f"at generation {current.generation} {now}: exiting without touching the job's "
             "state or checkpoints")
 
 

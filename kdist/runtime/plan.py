@@ -51,6 +51,26 @@ class LaunchPlan:
     slot: int | None = None
     spares: int = 0
     members: Members | None = None
+    # Elastic (kdist.runtime.elastic): the fewest nodes the gang goes on with (0: off), and
+    # the node ranks it started with (None: nnodes; nnodes is the size it has now).
+    min_nodes: int = 0
+    max_nodes: int | None = None
+
+    @property
+    def full_nodes(self) -> int:
+        """The node ranks the job has at full size (``spec.nodes``): the spares' slots
+        follow them."""
+        return self.nnodes if self.max_nodes is None else self.max_nodes
+
+    @property
+    def elastic(self) -> bool:
+        return 0 < self.min_nodes < self.full_nodes
+
+    @property
+    def tracks_members(self) -> bool:
+        """Whether the gang keeps its members (generations, fencing): with warm spares, or
+        elastic."""
+        return bool(self.spares) or self.elastic
 
     @property
     def home_slot(self) -> int:
@@ -60,7 +80,7 @@ class LaunchPlan:
     @property
     def is_spare(self) -> bool:
         """A spare holding no rank yet (its node rank is its slot, beyond the ranks)."""
-        return self.node_rank >= self.nnodes
+        return self.node_rank >= self.full_nodes
 
     @property
     def world_size(self) -> int:
@@ -192,6 +212,9 @@ def resolve_env(
     pg = _first(environ, E.PG_TIMEOUT)
     progress = _first(environ, E.PROGRESS_TIMEOUT)
     node_loss = _first(environ, E.NODE_LOSS)
+    least = _first(environ, E.MIN_NODES)
+    min_nodes = _int(least, minimum=1, maximum=nnodes) if least else 0
+    elastic = 0 < min_nodes < nnodes  # minNodes = nodes (the default) is off
     return LaunchPlan(
         job_name=environ.get(E.JOB_NAME, "").strip() or "kdist",
         nnodes=nnodes,
@@ -209,8 +232,10 @@ def resolve_env(
         restart_count=_restart_count(environ),
         progress_timeout_s=_int(progress) if progress else 0,
         node_loss_s=_int(node_loss, minimum=2) if node_loss else E.DEFAULT_NODE_LOSS_S,
-        slot=node_rank if spares else None,
+        slot=node_rank if spares or elastic else None,
         spares=spares,
+        min_nodes=min_nodes if elastic else 0,
+        max_nodes=nnodes if elastic else None,
     )
 
 

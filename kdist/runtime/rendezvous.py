@@ -30,12 +30,12 @@ import time
 from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
-from kdist.runtime import spares
+from kdist.runtime import elastic, spares
 from kdist.runtime.heartbeat import BEAT, ENDED
-from kdist.runtime.membership import Members
+from kdist.runtime.membership import MEMBERS, Members
 from kdist.runtime.plan import LaunchPlan
 from kdist.runtime.store import MiniStore, StoreClient, allow_many_connections, listen
-from kdist.runtime.watchdog import RESTART_KEY
+from kdist.runtime.watchdog import CAUSE_KEY, CAUSE_MAX, RESTART_KEY
 from kdist.shared.errors import LaunchError
 
 JOINED, GO, RELEASED = "kdist/rdzv/joined", "kdist/rdzv/go", "kdist/rdzv/released"
@@ -121,32 +121,52 @@ class Met(NamedTuple):
 
 
 def meet(plan: LaunchPlan, listener: socket.socket | None, started: float, count: int = 0,
-         lost: Iterable[int] = (), clock: Callable[[], float] = time.monotonic) -> Met:
+         lost: Iterable[int] = (), clock: Callable[[], float] = time.monotonic,
+         cause: str = "") -> Met:
     """``gather``, and where the job has spares the members: ``lost``, the node ranks this
-    launcher found lost, are vacant for a spare to take (``kdist.runtime.spares``)."""
+    launcher found lost, are vacant for a spare to take (``kdist.runtime.spares``);
+    ``cause``: why this launcher restarts, told to the nodes still running."""
     begun = clock()
     deadline = started + plan.rdzv_timeout_s
     if plan.nnodes == 1:
         return Met(0.0, count, plan.members)
     lost = list(lost)
     if listener is not None:
-        agreed, members = _lead(plan, listener, deadline, clock, count, lost)
+        agreed, members = _lead(plan, listener, deadline, clock, count, lost, cause)
     else:
-        agreed, members = _join(plan, deadline, clock, count, lost)
+        agreed, members = _join(plan, deadline, clock, count, lost, cause)
     return Met(clock() - begun, agreed, members)
+
+
+def _origin(cause: str) -> bytes | None:
+    """The cause to tell the running nodes: the origin's own words only (a node stopped
+    by another's restart passes on nothing, the origin's words are already there)."""
+    if not cause or "the gang is restarting" in cause:
+        return None
+    return cause.encode("utf-8", "replace")[:CAUSE_MAX]
 
 
 def _lead(plan: LaunchPlan, listener: socket.socket, deadline: float,
           clock: Callable[[], float], count: int = 0,
-          lost: Iterable[int] = ()) -> tuple[int, Members | None]:
+          lost: Iterable[int] = (), cause: str = "") -> tuple[int, Members | None]:
     server = MiniStore(listener).start()
     members = plan.members
+    lost = list(lost)
+    smaller = None  # an elastic gang's members without its lost nodes (kdist.runtime.elastic)
     try:
-        if plan.spares:
+        if plan.tracks_members:
             spares.lead_open(server, plan, lost)
+        told = _origin(cause)
+        if told is not None:  # first: a node reading the restart finds why
+            server.set(CAUSE_KEY, told)
         server.set(RESTART_KEY, str(count).encode())  # a node still running stops its workers
         server.add(JOINED, 1)
         while int(server.data.get(JOINED, b"0")) < plan.nnodes:
+            if plan.elastic:
+                with server.lock:
+                    smaller = elastic.lead_decides(dict(server.data), plan, lost, COUNT)
+                if smaller is not None:  # every survivor joined: the lost node is not waited
+                    break
             if clock() >= deadline:
                 joined = int(server.data.get(JOINED, b"0"))
                 raise _failed(plan, f"{joined} of {plan.nnodes} node(s) joined")
@@ -154,13 +174,17 @@ def _lead(plan: LaunchPlan, listener: socket.socket, deadline: float,
         with server.lock:
             brought = [v for k, v in server.data.items() if k.startswith(COUNT)]
         agreed = max([count, *(int(v) for v in brought if v.isdigit())])
-        if plan.spares:
+        if smaller is not None:
+            members = smaller
+            server.set(MEMBERS, members.encode())  # before GO: a late joiner reads it, fenced
+        elif plan.tracks_members:
             members = spares.lead_close(server, plan)
         server.set(GO, str(agreed).encode())
         # Every other node has its answer before the socket goes to rank 0's worker
         # (a few seconds at most: they are connected and waiting).
+        others = (plan.nnodes if members is None else len(members.slots)) - 1
         release_by = min(deadline, clock() + RELEASE_S)
-        while int(server.data.get(RELEASED, b"0")) < plan.nnodes - 1 and clock() < release_by:
+        while int(server.data.get(RELEASED, b"0")) < others and clock() < release_by:
             time.sleep(_POLL_S)
         return agreed, members
     finally:
@@ -168,7 +192,8 @@ def _lead(plan: LaunchPlan, listener: socket.socket, deadline: float,
 
 
 def _join(plan: LaunchPlan, deadline: float, clock: Callable[[], float],
-          count: int = 0, lost: Iterable[int] = ()) -> tuple[int, Members | None]:
+          count: int = 0, lost: Iterable[int] = (),
+          cause: str = "") -> tuple[int, Members | None]:
     problem = "node 0's launcher did not answer"
     while clock() < deadline:
         try:
@@ -179,7 +204,7 @@ def _join(plan: LaunchPlan, deadline: float, clock: Callable[[], float],
             time.sleep(min(0.2, max(0.0, deadline - clock())))
             continue
         try:
-            if plan.spares:  # first: a fenced launcher writes no key (kdist.runtime.spares)
+            if plan.tracks_members:  # first: a fenced launcher writes no key (spares)
                 spares.join_check(client, plan, lost)
             if client.check([BARRIER]):  # node 0's workers are done: no gang to join
                 client.add(FAILED, 1)
@@ -189,11 +214,15 @@ def _join(plan: LaunchPlan, deadline: float, clock: Callable[[], float],
             client.set(f"{COUNT}{plan.node_rank}", str(count).encode())
             # Node 0's workers may still run (another node's failed): its watchdog, which
             # reads rank 0's store, stops them; node 0 then leads this rendezvous.
+            told = _origin(cause)
+            if told is not None:
+                client.set(CAUSE_KEY, told)
             client.set(RESTART_KEY, str(count).encode())
             client.add(JOINED, 1)
             client.wait([GO], timeout=max(0.1, deadline - clock()))
             answer = client.get(GO)
-            members = spares.current(client, plan.nnodes) if plan.spares else None
+            members = spares.current(client, plan.full_nodes) if plan.tracks_members \
+                else None
             client.add(RELEASED, 1)
             _until_closed(client, min(deadline, clock() + RELEASE_S + 5.0), clock)
             return (int(answer) if answer.isdigit() else count), members

@@ -1,7 +1,8 @@
 """The store side of warm spares and fencing (``kdist.runtime.membership``), on node 0's port.
 
-Every call here runs only for a job with spares (``plan.spares``): a job without them
-speaks the rendezvous as before, key for key. Standard library only.
+Every call here runs only for a job that keeps its members (``plan.tracks_members``: warm
+spares, or an elastic job, ``kdist.runtime.elastic``): any other job speaks the rendezvous
+as before, key for key. Standard library only.
 
 - Node 0, leading a rendezvous (``lead_open``, ``lead_close``): writes the members it
   knows and the ranks its own launcher found lost, then, once every rank joined, the
@@ -60,7 +61,7 @@ def current(store: Any, nnodes: int) -> Members | None:
 def superseded(client: Any, plan: LaunchPlan) -> str | None:
     """Why this launcher is fenced, read from the store ``client`` reaches (None: it is
     not, or the store does not say)."""
-    return _fence_why(current(client, plan.nnodes), plan)
+    return _fence_why(current(client, plan.full_nodes), plan)
 
 
 def _fence_why(now: Members | None, plan: LaunchPlan) -> str | None:
@@ -128,7 +129,7 @@ def join_check(client: Any, plan: LaunchPlan, lost: Iterable[int]) -> None:
     rank, slot = plan.node_rank, plan.home_slot
     held = None if plan.members is None else plan.members.generation
     _wait_members(client, plan)  # TimeoutError: the rendezvous tries again
-    now = current(client, plan.nnodes)
+    now = current(client, plan.full_nodes)
     why = _fence_why(now, plan)
     if why is not None:
         raise Fenced(why)
@@ -170,7 +171,7 @@ def wait_for_rank(plan: LaunchPlan, say: Callable[[str], None],
 
 
 def _vacancy(client: Any, plan: LaunchPlan) -> tuple[int, Members] | None:
-    now = current(client, plan.nnodes)
+    now = current(client, plan.full_nodes)
     if now is not None and (mine := now.rank_of(plan.home_slot)) is not None:
         return mine, now  # restarted in place: it holds this rank already
     if not client.check([ANY_VACANT]):
@@ -185,5 +186,5 @@ def _vacancy(client: Any, plan: LaunchPlan) -> tuple[int, Members] | None:
 def publish(store: Any, plan: LaunchPlan) -> None:
     """Node 0: the members into a store it serves or reaches (rank 0's, the exit barrier's),
     so that a launcher coming back finds whether it is fenced."""
-    if plan.spares and plan.node_rank == 0:
+    if plan.tracks_members and plan.node_rank == 0:
         store.set(MEMBERS, (plan.members or Members.first(plan.nnodes)).encode())

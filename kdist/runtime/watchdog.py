@@ -49,6 +49,10 @@ COUNTS_KEY = "kdist-watchdog/collectives/"
 #: the restart count a launcher gathers the gang for, restarting in process
 #: (``kdist.runtime.rendezvous``): above this attempt's, the gang is restarting
 RESTART_KEY = "kdist/restart"
+#: why the node that set ``RESTART_KEY`` restarts (its launcher's words): every node
+#: stopped by that key names the origin (a lost node, a failed rank), not "another node"
+CAUSE_KEY = "kdist/restart-cause"
+CAUSE_MAX = 400
 STORE_TIMEOUT_S = 5
 
 
@@ -99,7 +103,7 @@ class JobProgress:
         if self._store is None:
             store = StoreClient(self.plan.master_addr, self.plan.master_port,
                                 timeout=self._timeout)
-            if self.plan.spares and self._answered:  # back after a silence: still a member?
+            if self.plan.tracks_members and self._answered:  # back after a silence: still a member?
                 try:
                     why = spares.superseded(store, self.plan)
                 except BaseException:
@@ -178,8 +182,23 @@ class JobProgress:
         except Exception:
             return None
 
+    def _publish_alone(self) -> None:
+        """An elastic gang shrunk to node 0 alone: the members into rank 0's store once it
+        answers, so that a lost node coming back reads that it is fenced."""
+        if not self.started():
+            return
+        try:
+            spares.publish(self._client(), self.plan)
+            self._answered = True
+        except Exception:  # rank 0's worker serves the store once torch is imported
+            if self._store is not None:
+                self._store.close()
+            self._store = None
+
     def total(self) -> int:
         mine = self.output.progress()
+        if self.plan.nnodes == 1 and self.plan.tracks_members and not self._answered:
+            self._publish_alone()
         if self.plan.nnodes == 1 or not (self._answered or self.started()):
             return mine
         try:
@@ -218,14 +237,24 @@ class JobProgress:
         store = self._client()
         return bytes(store.get(RESTART_KEY)) if store.check([RESTART_KEY]) else b""
 
+    def _cause(self) -> str:
+        try:
+            store = self._client()
+            if store.check([CAUSE_KEY]):
+                text = bytes(store.get(CAUSE_KEY))[:CAUSE_MAX].decode("utf-8", "replace")
+                return text.strip() or "another node's workers failed"
+        except Exception:
+            pass
+        return "another node's workers failed"
+
     def _restart_asked(self) -> None:
         try:
             asked = self._asked()
         except Exception:
             return  # asked again next tick
         if asked.isdigit() and int(asked) > (self.plan.restart_count or 0):
-            raise RestartAsked(f"the gang is restarting (restart {int(asked)}): another "
-                               "node's workers failed")
+            raise RestartAsked(f"the gang is restarting (restart {int(asked)}): "
+                               f"{self._cause()}")
 
 
 def _counts(text: bytes) -> dict[int, int]:

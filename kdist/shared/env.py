@@ -37,6 +37,9 @@ DEFAULT_NODE_LOSS_S = 10
 #: spec.distributed.spares, when set: pods (local node groups) of index >= KDIST_NNODES
 #: start as warm spares holding no rank (kdist.runtime.membership).
 SPARES = "KDIST_SPARES"
+#: spec.minNodes, when below spec.nodes: a gang that lost a node and has no spare for it
+#: goes on with the survivors, down to this many nodes (kdist.runtime.elastic).
+MIN_NODES = "KDIST_MIN_NODES"
 #: Which whole-job restart this is (0 = the first run), as the workers see it; the
 #: launcher sets TORCHELASTIC_RESTART_COUNT to the same. ``kdist run --local`` gives it to
 #: the launcher; a pod's launcher works it out (kdist.runtime.restarts).

@@ -15,7 +15,9 @@ A launcher that restarts its own workers without exiting (in process) says so in
 one line, `IN_PROCESS` (`in_process_line` writes it, `in_process_restart` reads it):
 every node says it once per restart, and the ledger counts each restart once. A warm
 spare that takes a lost node's rank says so (`SPARE_TOOK`, ``kdist.runtime.membership``):
-the open restart records it (``spare``: "slot S took rank R").
+the open restart records it (``spare``: "slot S took rank R"); so does an elastic gang that
+goes on smaller (`SHRANK`, ``kdist.runtime.elastic``: ``shrank``, "shrank to N nodes: node K
+lost").
 """
 
 from __future__ import annotations
@@ -51,6 +53,19 @@ IN_PROCESS = re.compile(r"restarting this node's workers \(restart (\d+) of (\d+
 
 # The launcher's line (after its "kdist.launch: ") when a warm spare takes a node rank.
 SPARE_TOOK = re.compile(r"spare in slot (\d+) takes node rank (\d+)\s*$")
+
+
+# The launcher's line (after its "kdist.launch: ") when an elastic gang re-forms smaller
+# (``kdist.runtime.elastic.shrink_line``).
+SHRANK = re.compile(r"the gang shrank to (\d+) nodes: node ([\d, ]+) lost\b")
+
+
+def shrank(line: str) -> tuple[int, str] | None:
+    """(the nodes the gang has now, the lost node ranks as said) of a launcher's own line
+    saying an elastic gang shrank, else None."""
+    said = launcher_said(line)
+    m = SHRANK.match(said) if said is not None else None
+    return None if m is None else (int(m.group(1)), m.group(2).strip())
 
 
 def spare_took(line: str) -> tuple[int, int] | None:
@@ -105,6 +120,7 @@ class Restart:
     resumed_step: int | None = None  # the step it went on from (a checkpoint's, or 0)
     gone: bool = False  # its cause is a pod that went away (deleted, evicted): the origin
     spare: str = ""  # a warm spare that took the lost node's rank: "slot S took rank R"
+    shrank: str = ""  # an elastic gang went on smaller: "shrank to N nodes: node K lost"
     resumed_from: str = ""  # what the resume line said: "memory of rank 0, step 53" (DDP)
 
     @property
@@ -123,6 +139,7 @@ class Restart:
                 "resumedStep": self.resumed_step,
                 "secondsLost": None if self.seconds_lost is None else round(self.seconds_lost, 1),
                 "stepsLost": self.steps_lost, **({"spare": self.spare} if self.spare else {}),
+                **({"shrank": self.shrank} if self.shrank else {}),
                 **({"resumedFrom": self.resumed_from} if self.resumed_from else {})}
 
 
@@ -200,6 +217,7 @@ class Ledger:
             when(e.get("faultAt")) or 0.0, num(e.get("lastStep")),
             when(e.get("resumedAt")), num(e.get("resumedStep")),
             spare=e["spare"] if isinstance(e.get("spare"), str) else "",
+            shrank=e["shrank"] if isinstance(e.get("shrank"), str) else "",
             resumed_from=e["resumedFrom"] if isinstance(e.get("resumedFrom"), str) else "")
             for e in entries]
         self.in_process |= set(range(1, len(self.restarts) + 1))
@@ -239,6 +257,18 @@ class Ledger:
         if current is None:
             return False
         current.spare = f"slot {slot} took rank {rank}"
+        self.version += 1
+        return True
+
+    def shrank_to(self, nodes: int, lost: str) -> bool:
+        """An elastic gang re-formed at ``nodes`` nodes without node(s) ``lost``: the open
+        restart's (the one the loss made), said once however many survivors say it.
+        Whether the ledger changed."""
+        current = self.open
+        words = f"shrank to {nodes} nodes: node {lost} lost"
+        if current is None or current.shrank == words:
+            return False
+        current.shrank = words
         self.version += 1
         return True
 

@@ -22,6 +22,10 @@ MAX_EVENT_BYTES = 16 << 20
 LOG_NODES = 32
 #: How many logs `status` reads at a time.
 STATUS_LOG_READERS = 8
+#: Pods per request where a job's pods are read once (`status`, `logs`): listed in pages
+#: (limit and continue, as kubectl's --chunk-size), so that only one page's decoded
+#: objects are held at a time, not a 1,000-pod job's ~6 MB answer whole.
+POD_PAGE = 250
 
 # Shipped code (spec.workdir): the packer (``kdist.rendering.workdir``) refuses what the
 # launcher's unpacker (``kdist.runtime.workdir``) would, against these same numbers, so a

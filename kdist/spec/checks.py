@@ -293,6 +293,28 @@ def spares(distributed: Any, backend: str, nodes: int) -> None:
                          "in process (restartMode auto or inPlace, restartWorkers true)")
 
 
+def min_nodes(least: int | None, distributed: Any, backend: str, nodes: int) -> None:
+    """spec.minNodes: the survivors of a lost node re-form smaller in process
+    (kdist.runtime.elastic), as a spare takes a rank: an Indexed Job restarting in place."""
+    if least is None:
+        return
+    if least > nodes:
+        raise ValueError(f"spec.minNodes {least} exceeds spec.nodes {nodes} (nodes is the "
+                         "most the job runs on)")
+    if least == nodes:
+        return  # the default: not elastic
+    if backend != "indexed-job":
+        raise ValueError(f"spec.minNodes: not served on {backend} yet (indexed-job only: its "
+                         "launchers re-form the gang in process)")
+    if not distributed.max_restarts:
+        raise ValueError("spec.minNodes needs distributed.maxRestarts >= 1 (the gang "
+                         "re-forming smaller is a restart)")
+    if distributed.restart_mode == "recreate" or not distributed.restart_workers:
+        raise ValueError("spec.minNodes needs the launchers to restart their workers in "
+                         "process (distributed.restartMode auto or inPlace, restartWorkers "
+                         "true)")
+
+
 def mount_free(path: str, others: list[str], what: str) -> None:
     """Refuse a second volume at `path` (the API server refuses duplicate mount paths)."""
     norm = path.rstrip("/") or "/"

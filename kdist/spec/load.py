@@ -175,7 +175,9 @@ def _problems(err: ValidationError, doc: dict[str, Any]) -> list[str]:
     for item in err.errors(include_url=False):
         loc = _clean_loc(item["loc"])
         message = _message(dict(item), loc, doc)
-        line = f"{_path(loc)}: {message}" if loc else message
+        # a cross-field check that names its field in full ("spec.minNodes: ...") says it once
+        named = loc and message.startswith(f"{_path(loc)}.")
+        line = f"{_path(loc)}: {message}" if loc and not named else message
         if line not in out:
             out.append(line)
     return out

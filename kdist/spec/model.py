@@ -247,6 +247,12 @@ class JobSpec(_Model):
         "Where kdist's launcher comes from: image (installed in it), shipped (with the job, "
         "a digest-checked ConfigMap), auto (image for kdist's own kdist-train, else shipped)."))
     nodes: Annotated[StrictInt, Field(ge=1, le=MAX_NODES)] = Field(default=1, description="Pods.")
+    # The runtime side lives in kdist.runtime.elastic.
+    min_nodes: Annotated[StrictInt, Field(ge=1, le=MAX_NODES)] | None = Field(
+        default=None, description="Elastic (indexed-job): when a node is lost and no spare "
+        "takes its rank, the survivors go on at the smaller size, down to this many nodes, "
+        "resuming from the newest checkpoint with the new WORLD_SIZE and RANK (node 0's loss "
+        "waits for its replacement, as below it). Default (unset) = nodes: off.")
     procs_per_node: Annotated[int | str, WithJsonSchema({"anyOf": [
         {"type": "integer", "minimum": 1, "maximum": MAX_PROCS_PER_NODE},
         {"const": "auto"}]})] = Field(
@@ -322,10 +328,16 @@ class JobSpec(_Model):
         C.in_place(self.distributed.restart_mode, self.backend)
         C.native_gang(self.distributed.gang, self.backend, self.scheduling.queue)
         C.spares(self.distributed, self.backend, self.nodes)
+        C.min_nodes(self.min_nodes, self.distributed, self.backend, self.nodes)
         if self.checkpoint is not None:
             C.mount_free(self.checkpoint.path, [v.mount_path for v in self.pod.volumes],
                          "spec.checkpoint.path")
         return self
+
+    @property
+    def elastic(self) -> bool:
+        """Whether the gang may shrink (spec.minNodes below spec.nodes)."""
+        return self.min_nodes is not None and self.min_nodes < self.nodes
 
     @property
     def dist_backend(self) -> str:

@@ -1,8 +1,9 @@
 """An in-process Kubernetes-API-like HTTP server on 127.0.0.1, for the cluster client's tests.
 
-It records every request in order (method, raw path, query, body), answers
-from a `Store` of fixture objects (get, list with label/field selectors,
-create with dryRun, delete with propagation and a uid precondition, watch, pod logs, discovery of
+It records every request in order (method, raw path, query, body) and the bytes
+of each answer (`answered`), answers from a `Store` of fixture objects (get, list
+with label/field selectors, in pages with limit and continue, create with dryRun,
+delete with propagation and a uid precondition, watch, pod logs, discovery of
 kubeflow.org/v1), and can be told to misbehave: answer HTML, never answer,
 answer 5xx, or send a given Status. Every write is checked by
 `routes.write_problem`; what it flags lands in `violations`, which the test
@@ -84,9 +85,12 @@ class Rule:
     times: int | None = None  # None: every matching request
     code: int = 200  # for "html" and "answer"
     watch: bool | None = None  # only watch requests (True), only the others (False)
+    query: str | None = None  # only requests with this query parameter ("continue")
 
-    def matches(self, method: str, path: str, watch: bool = False) -> bool:
+    def matches(self, method: str, path: str, watch: bool = False,
+                query: dict[str, str] | None = None) -> bool:
         return ((self.method is None or self.method == method)
+                and (self.query is None or self.query in (query or {}))
                 and (self.path is None or (path.endswith(self.path[:-1])
                                            if self.path.endswith("$") else self.path in path))
                 and (self.watch is None or self.watch == watch)
@@ -129,9 +133,15 @@ class FakeApi:
     on_watch: dict[str, Callable[[], None]] = field(default_factory=dict)
     on_delete: dict[str, Callable[[], None]] = field(default_factory=dict)
     closing: threading.Event = field(default_factory=threading.Event)
+    # A benchmark's server: a GET (not a watch, not a log) asked again is answered with the
+    # bytes sent the first time, so that the fake's own encoding (Python's, of deep copies)
+    # is not what a client's timing measures. Only where the store no longer changes.
+    memo_gets: bool = False
+    answer_bytes: dict[int, int] = field(default_factory=dict)  # request index -> body bytes
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
+        self.memos: dict[str, tuple[int, bytes, str]] = {}  # memo_gets: path?query -> answer
         self._httpd: ThreadingHTTPServer | None = None
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -186,8 +196,8 @@ class FakeApi:
 
     def misbehave(self, action: str, *, method: str | None = None, path: str | None = None,
                   body: Any = None, times: int | None = None, code: int = 200,
-                  watch: bool | None = None) -> None:
-        self.rules.append(Rule(action, method, path, body, times, code, watch))
+                  watch: bool | None = None, query: str | None = None) -> None:
+        self.rules.append(Rule(action, method, path, body, times, code, watch, query))
 
     def answer(self, body: Any, code: int = 200, **match: Any) -> None:
         """Answer `body` (any JSON, however misshapen; a `Raw` as it is) with HTTP `code`."""
@@ -218,17 +228,30 @@ class FakeApi:
         with self._lock:
             return list(self.requests[mark:])
 
-    def _record(self, request: Request) -> None:
+    def _record(self, request: Request) -> int:
+        """Log `request`; its index in `requests`."""
         problem = write_problem(request.method, request.path, request.body)
         with self._lock:
             self.requests.append(request)
             if problem:
                 self.violations.append(f"{request}: {problem}")
+            return len(self.requests) - 1
 
-    def _rule_for(self, method: str, path: str, watch: bool = False) -> Rule | None:
+    def answered(self, requests: list[Request]) -> list[int]:
+        """The bytes of each of `requests`' answer bodies (as sent: JSON text, log lines)."""
+        with self._lock:
+            index = {id(r): i for i, r in enumerate(self.requests)}
+            return [self.answer_bytes.get(index.get(id(r), -1), 0) for r in requests]
+
+    def _count(self, index: int, sent: int) -> None:
+        with self._lock:
+            self.answer_bytes[index] = self.answer_bytes.get(index, 0) + sent
+
+    def _rule_for(self, method: str, path: str, watch: bool = False,
+                  query: dict[str, str] | None = None) -> Rule | None:
         with self._lock:
             for rule in self.rules:
-                if rule.matches(method, path, watch):
+                if rule.matches(method, path, watch, query):
                     if rule.times is not None:
                         rule.times -= 1
                     return rule
@@ -252,6 +275,8 @@ class _Server(ThreadingHTTPServer):
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: _Server
+    _index = -1  # the request being answered (its index in FakeApi.requests)
+    _memo: str | None = None  # its path and query, where FakeApi.memo_gets keeps its answer
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
@@ -274,8 +299,13 @@ class _Handler(BaseHTTPRequestHandler):
         request = Request(self.command, path, dict(parse_qsl(raw_query, keep_blank_values=True)),
                           _body(raw), {k.lower(): v for k, v in self.headers.items()},
                           time.monotonic())
-        api._record(request)
-        rule = api._rule_for(self.command, path, request.is_watch)
+        self._index = api._record(request)
+        self._memo = self.path if api.memo_gets and self.command == "GET" and \
+            not request.is_watch and not path.endswith("/log") else None
+        memo = api.memos.get(self.path) if self._memo else None
+        if memo is not None:
+            return self._send(*memo)
+        rule = api._rule_for(self.command, path, request.is_watch, request.query)
         if rule is not None:
             return self._misbehave(rule)
         auth = request.headers.get("authorization", "")
@@ -336,7 +366,8 @@ class _Handler(BaseHTTPRequestHandler):
                           req.query.get("fieldSelector", ""))
             if req.is_watch:
                 return self._watch(api, query, req)
-            return self._json(200, store.list(query))
+            return self._json(200, store.list(query, int(req.query.get("limit") or 0),
+                                              req.query.get("continue", "")))
         if route.shape == "collection" and method == "DELETE":
             # deletecollection, as kube-apiserver does it: the reason for the write guard.
             query = Query(plural, ns, req.query.get("labelSelector", ""),
@@ -411,6 +442,10 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(code, _text(body).encode(), "application/json")
 
     def _send(self, code: int, data: bytes, content_type: str) -> None:
+        api = self.server.api
+        api._count(self._index, len(data))
+        if self._memo is not None:
+            api.memos[self._memo] = (code, data, content_type)
         self.send_response(code)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(data)))
@@ -426,6 +461,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         for line in lines:
             data = (line + "\n").encode()
+            self.server.api._count(self._index, len(data))
             self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
             self.wfile.flush()
         self.wfile.write(b"0\r\n\r\n")

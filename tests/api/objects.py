@@ -6,6 +6,7 @@ contract (docs/user-guide.md: `kdist.dev/job-name` is the selector every verb us
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 from typing import Any
@@ -90,6 +91,77 @@ def pod(owner: dict[str, Any], rank: int, *, exit_code: int | None = None) -> di
         "status": {"phase": phase, "containerStatuses": [
             {"name": "pytorch", "restartCount": 0, "state": state}]},
     }
+
+
+def full_pod(owner: dict[str, Any], rank: int, *, exit_code: int | None = None,
+             restarts: int = 0, last_exit: int | None = None) -> dict[str, Any]:
+    """`pod` as kube-apiserver lists it, ~6 KB as a kdist pod on kwok's nodes is: the
+    template's spec with what the scheduler and the admission plugins add, the kubelet's
+    status, managedFields. `restarts` in place, the last one exiting `last_exit`."""
+    p = pod(owner, rank, exit_code=exit_code)
+    meta, uid = p["metadata"], owner["metadata"]["uid"]
+    meta.update(generateName=f"{owner['metadata']['name']}-{rank}-",
+                creationTimestamp="2025-01-02T03:04:00Z")
+    meta["ownerReferences"][0]["controller"] = True
+    meta["labels"].update({"batch.kubernetes.io/controller-uid": uid, "controller-uid": uid,
+                           "batch.kubernetes.io/job-name": owner["metadata"]["name"]})
+    fields = {f"f:{k}": {} for k in meta["labels"]}
+    spec = copy.deepcopy(owner["spec"]["template"]["spec"])
+    container = spec["containers"][0]
+    env = container.setdefault("env", []) + [
+        {"name": f"KDIST_{k}", "value": f"value-of-{k.lower()}-{rank}"}
+        for k in ("MASTER_ADDR", "MASTER_PORT", "NNODES", "NODE_RANK", "RUN_ID", "STORE")]
+    container.update(env=env, command=["python", "-m", "kdist.launch"], imagePullPolicy="Never",
+                     resources={"limits": {"cpu": "1", "memory": "1Gi"},
+                                "requests": {"cpu": "1", "memory": "1Gi"}},
+                     terminationMessagePath="/dev/termination-log",
+                     terminationMessagePolicy="FallbackToLogsOnError",
+                     volumeMounts=[{"name": "kube-api-access-x", "readOnly": True,
+                                    "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}])
+    spec.update(nodeName=f"kwok-node-{rank}", hostname=f"{meta['name'][:-6]}",
+                subdomain=owner["metadata"]["name"], restartPolicy="Never",
+                schedulerName="default-scheduler", serviceAccountName="default",
+                terminationGracePeriodSeconds=30, dnsPolicy="ClusterFirst", priority=0,
+                enableServiceLinks=True, preemptionPolicy="PreemptLowerPriority",
+                tolerations=[{"key": k, "operator": "Exists", "effect": "NoExecute",
+                              "tolerationSeconds": 300} for k in
+                             ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")],
+                volumes=[{"name": "kube-api-access-x", "projected": {"defaultMode": 420,
+                          "sources": [{"serviceAccountToken": {"expirationSeconds": 3607,
+                                                               "path": "token"}},
+                                      {"configMap": {"name": "kube-root-ca.crt", "items": [
+                                          {"key": "ca.crt", "path": "ca.crt"}]}}]}}])
+    p["spec"] = spec
+    ip = f"10.1.{rank // 250}.{rank % 250}"
+    status = p["status"]
+    cs = status["containerStatuses"][0]
+    cs.update(restartCount=restarts, ready=exit_code is None, started=exit_code is None,
+              image="kdist-train:dev-cpu", imageID="", containerID=f"kwok://{rank:064x}")
+    if last_exit is not None:
+        cs["lastState"] = {"terminated": {"exitCode": last_exit, "reason": "Error",
+                                          "finishedAt": "2025-01-02T03:04:30Z"}}
+    status.update(hostIP="10.0.0.1", podIP=ip, podIPs=[{"ip": ip}], qosClass="Guaranteed",
+                  startTime="2025-01-02T03:04:00Z", conditions=[
+                      {"type": t, "status": "True", "lastProbeTime": None,
+                       "lastTransitionTime": "2025-01-02T03:04:01Z"}
+                      for t in ("PodReadyToStartContainers", "Initialized", "Ready",
+                                "ContainersReady", "PodScheduled")])
+    meta["managedFields"] = [
+        {"manager": "kube-controller-manager", "operation": "Update", "apiVersion": "v1",
+         "time": "2025-01-02T03:04:00Z", "fieldsType": "FieldsV1", "fieldsV1": {
+             "f:metadata": {"f:labels": fields, "f:generateName": {}},
+             "f:spec": {"f:containers": {'k:{"name":"pytorch"}': {
+                 ".": {}, "f:args": {}, "f:command": {}, "f:image": {}, "f:resources": {},
+                 "f:env": {f'k:{{"name":"{e["name"]}"}}': {".": {}, "f:name": {}, "f:value": {}}
+                           for e in env}}}}}},
+        {"manager": "kwok", "operation": "Update", "apiVersion": "v1", "subresource": "status",
+         "time": "2025-01-02T03:04:01Z", "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {
+             "f:conditions": {f'k:{{"type":"{c["type"]}"}}': {
+                 ".": {}, "f:lastProbeTime": {}, "f:lastTransitionTime": {}, "f:status": {},
+                 "f:type": {}} for c in status["conditions"]},
+             "f:containerStatuses": {}, "f:hostIP": {}, "f:phase": {}, "f:podIP": {},
+             "f:podIPs": {}, "f:startTime": {}}}}]
+    return p
 
 
 def _owner_ref(owner: dict[str, Any]) -> dict[str, Any]:

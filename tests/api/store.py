@@ -15,7 +15,9 @@ the garbage collector removes them later. When "later" is decides `gc`:
 
 from __future__ import annotations
 
+import base64
 import copy
+import json
 import re
 import threading
 import time
@@ -222,18 +224,36 @@ class Store:
                 raise ApiStatus(not_found(plural, name))
             return copy.deepcopy(obj)
 
-    def list(self, query: Query) -> dict[str, Any]:
+    def list(self, query: Query, limit: int = 0, cont: str = "") -> dict[str, Any]:
+        """A list answer; with `limit`, one page of it and a continue token for the next
+        (`cont`, a token an earlier page gave: the objects after the last one it had), as
+        kube-apiserver pages a list (`metadata.continue`, `remainingItemCount`)."""
         api_version, kind = RESOURCES[query.plural]
+        after: list[str] = []
+        if cont:
+            try:
+                after = json.loads(base64.b64decode(cont.encode(), validate=True))["after"]
+            except (ValueError, KeyError, TypeError):
+                raise ApiStatus(status_body(400, "BadRequest", "continue key is not valid: "
+                                            f"{cont[:40]!r}")) from None
+        paged: dict[str, Any] = {}
         with self.cond:
-            items = [copy.deepcopy(o) for k, o in sorted(self.objects.items())
-                     if query.matches(k, o)]
+            keys = [k for k, o in sorted(self.objects.items())
+                    if query.matches(k, o) and (not after or list(k) > after)]
+            if limit and len(keys) > limit:
+                last = keys[limit - 1]
+                paged = {"continue": base64.b64encode(json.dumps(
+                    {"after": list(last)}).encode()).decode(),
+                    "remainingItemCount": len(keys) - limit}
+                keys = keys[:limit]
+            items = [copy.deepcopy(self.objects[k]) for k in keys]
             rv = str(self._rv)
         if "/" not in api_version or api_version.startswith(("batch/", "discovery.k8s.io/")):
             for item in items:  # built-in lists omit each item's kind, as the API does
                 item.pop("kind", None)
                 item.pop("apiVersion", None)
         return {"kind": f"{kind}List", "apiVersion": api_version,
-                "metadata": {"resourceVersion": rv}, "items": items}
+                "metadata": {"resourceVersion": rv, **paged}, "items": items}
 
     def delete(self, plural: str, namespace: str, name: str, propagation: str,
                dry_run: bool, uid: str | None = None) -> dict[str, Any]:

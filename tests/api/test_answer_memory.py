@@ -96,7 +96,7 @@ def test_logs_streams_a_log_past_the_answer_cap_in_bounded_memory(api, kdist_pro
 def test_logs_past_the_answer_cap_print_every_line(api, kdist, kubeconfig, monkeypatch):
     """Without --tail the whole log is printed, however far past the answer cap (shrunk
     here to 1 MiB); only a list (`Client.rank_logs`) is refused past it."""
-    monkeypatch.setattr("kdist.kube.client.MAX_ANSWER_BYTES", 1 << 20)
+    monkeypatch.setattr("kdist.kube.logreads.MAX_ANSWER_BYTES", 1 << 20)
     flood = Flood(lines=1024, width=4096)  # 4 MiB
     job = api.add(objects.job("demo"))[0]
     api.add(objects.pod(job, 0))

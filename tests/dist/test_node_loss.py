@@ -78,9 +78,22 @@ def freeze(launcher: int, sig: int) -> list[int]:
         except ProcessLookupError:
             continue
         if group not in groups:
-            os.killpg(group, sig)
+            try:
+                os.killpg(group, sig)
+            except ProcessLookupError:  # a descendant exiting meanwhile
+                continue
             groups.append(group)
     return groups
+
+
+def thaw(groups: list[int]) -> None:
+    """SIGCONT to the groups `freeze` stopped; one gone meanwhile is skipped (its verdict
+    is the drill's, not a ProcessLookupError's)."""
+    for group in groups:
+        try:
+            os.killpg(group, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
 
 
 def freeze_and_watch(proc: subprocess.Popen[str], node: int,
@@ -111,8 +124,7 @@ def freeze_and_watch(proc: subprocess.Popen[str], node: int,
             if seen.keys() == survivors:
                 break
     finally:
-        for group in groups:  # the node comes back
-            os.killpg(group, signal.SIGCONT)
+        thaw(groups)  # the node comes back
     rest, _ = proc.communicate(timeout=240)
     return lines + rest.splitlines(), seen
 

@@ -161,7 +161,8 @@ VOTE = textwrap.dedent("""
     os.kill(os.getpid(), signal.SIGTERM)  # a request now, no longer the end of the process
     answers += [vote.poll(), vote.poll()]
     vote.close()
-    print(answers)
+    print(answers, flush=True)
+    dist.destroy_process_group()  # gloo's threads outliving the interpreter abort it (-6)
 """)
 
 

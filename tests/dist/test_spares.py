@@ -32,7 +32,7 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from disttools import LAUNCH, TINY, final_state, free_port, node_env, run_job  # noqa: E402
-from test_node_loss import freeze  # noqa: E402
+from test_node_loss import freeze, thaw  # noqa: E402
 from test_preemption import launcher_of_node  # noqa: E402
 
 NODES, SPARES = 2, 1
@@ -116,15 +116,10 @@ def drill(proc: subprocess.Popen[str], *, thaw_after: str,
                 on_lost(groups)
                 groups = []
             elif groups and thaw_after in line:
-                for group in groups:
-                    os.killpg(group, signal.SIGCONT)
+                thaw(groups)
                 groups = []
     finally:
-        for group in groups:
-            try:
-                os.killpg(group, signal.SIGCONT)
-            except ProcessLookupError:  # gone meanwhile
-                pass
+        thaw(groups)
     proc.wait(timeout=60)
     return lines, resumed
 
@@ -157,7 +152,8 @@ def test_a_spare_takes_a_frozen_nodes_rank_and_the_node_is_fenced(tmp_path, unin
     assert fenced and fenced[-1].endswith("exiting 206"), text
     # fenced before it said a restart in process of its own (the gang made restart 1)
     assert not any(line.startswith("[node 1] kdist.launch: restarting") for line in lines), text
-    assert "kdist: node 1 was fenced (a spare holds its rank): not a failure" in text, text
+    assert "kdist: node 1 was fenced (a spare holds its rank, or the gang went on without " \
+        "it): not a failure" in text, text
     assert proc.returncode == 0, text
     done = [json.loads(line.split("] ", 1)[1]) for line in lines
             if '"event": "done"' in line]

@@ -34,7 +34,7 @@ from kdist.shared.ledgerread import read
 def test_members_round_trip_and_bad_records_read_as_none():
     m = Members(3, (0, 4, 2))
     assert Members.decode(m.encode(), 3) == m
-    for raw in (b"", b"x:0,1", b"1:0", b"1:0,a", b"-1:0,1", "1:0,\u00e9".encode()):
+    for raw in (b"", b"x:0,1", b"1:0,1,2", b"1:0,a", b"-1:0,1", "1:0,\u00e9".encode()):
         assert Members.decode(raw, 2) is None
 
 

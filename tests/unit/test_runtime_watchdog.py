@@ -248,3 +248,30 @@ def test_the_nodes_tell_each_other_their_ranks_counts_of_collectives(monkeypatch
     assert nodes[0].counts_everywhere(0.0) == {0: 12, 2: 11, 3: 12}
     store.set(COUNTS_KEY + "1", b"2=x\n=4\n3=12\n" + b"9" * 50 + b"=1")  # not a count: skipped
     assert nodes[0].counts_everywhere(0.0) == {0: 12, 3: 12}
+
+
+def test_a_node_stopped_by_the_gangs_restart_names_its_origin(monkeypatch):
+    """The node that restarts the gang leaves its words beside the restart key: a node it
+    stops says why (the lost node, the killed rank), not "another node's workers failed";
+    a node that was itself stopped that way passes nothing on (the origin's words stay)."""
+    from kdist.runtime import rendezvous
+    from kdist.runtime.watchdog import CAUSE_KEY, RESTART_KEY, JobProgress, RestartAsked
+
+    class Out:
+        def progress(self) -> int:
+            return 1
+
+    store = KeyStore()
+    progress = JobProgress(plan(KDIST_RESTART_COUNT="0"), Out())  # type: ignore[arg-type]
+    monkeypatch.setattr(progress, "_add", lambda delta: 1)
+    monkeypatch.setattr(progress, "_client", lambda: store)
+    store.set(RESTART_KEY, b"1")
+    with pytest.raises(RestartAsked, match=r"\(restart 1\): another node's workers failed$"):
+        progress.total()  # an older launcher told no cause
+    origin = "node 2 lost (silent for 10 s): its launcher's heartbeat stopped (seen by node 1)"
+    store.set(CAUSE_KEY, rendezvous._origin(origin) or b"")
+    with pytest.raises(RestartAsked, match=r"\(restart 1\): node 2 lost \(silent for 10 s\)"):
+        progress.total()
+    assert rendezvous._origin("node 0: the gang is restarting (restart 1): " + origin) is None
+    assert rendezvous._origin("") is None
+    assert len(rendezvous._origin("x" * 5000) or b"") == 400  # bounded

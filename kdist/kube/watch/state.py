@@ -92,6 +92,9 @@ class JobState:
     # Warm spares (spec.distributed.spares), by slot: "free", or "took rank R" (their
     # launchers' lines, kdist.runtime.membership).
     spares: dict[int, str] = field(default_factory=dict)
+    # The nodes an elastic gang (spec.minNodes) trains on now, once it shrank (None: all
+    # of spec.nodes; its survivors' launchers say it, kdist.runtime.elastic).
+    size: int | None = None
 
     def gang_holds(self) -> bool:
         """Whether a native gang holds pods back now: it has not been placed, and some
@@ -207,6 +210,9 @@ class JobState:
             # warm spares by slot ("free", "took rank R"), where the job has any
             **({"spares": {str(k): v for k, v in sorted(self.spares.items())}}
                if self.spares else {}),
+            # an elastic gang's nodes now, where it shrank below spec.nodes
+            **({"size": self.size} if self.size is not None and self.size != self.nodes
+               else {}),
         }
 
 

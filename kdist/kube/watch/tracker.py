@@ -34,7 +34,7 @@ from kdist.kube.watch.podwarnings import Warned, once, pod_warnings
 from kdist.kube.watch.state import Failure, JobState, RankState
 from kdist.shared import exitcodes, facts
 from kdist.shared.ledger import ANNOTATION as LEDGER
-from kdist.shared.ledger import Ledger, in_process_restart, spare_took
+from kdist.shared.ledger import Ledger, in_process_restart, shrank, spare_took
 from kdist.shared.ledgerread import read as read_ledger
 from kdist.shared.terminal import escape
 
@@ -275,6 +275,15 @@ class Tracker:
         if live and self.ledger.spare_took(*took):
             self.ledger_changed()
 
+    def _shrank(self, line: str, live: bool) -> None:
+        """An elastic gang's survivor: the gang went on at fewer nodes (``spec.minNodes``)."""
+        smaller = shrank(line)
+        if smaller is None:
+            return
+        self.state.size = smaller[0]
+        if live and self.ledger.shrank_to(*smaller):
+            self.ledger_changed()
+
     # -- logs -----------------------------------------------------------------------------
 
     def rank_of_pod(self, pod_name: str) -> int | None:
@@ -293,6 +302,9 @@ class Tracker:
             return
         if line.startswith("kdist.launch: spare in slot "):
             self._spare(rank, line, live)
+            return
+        if line.startswith("kdist.launch: the gang shrank to "):
+            self._shrank(line, live)
             return
         record = parse_record(line)
         if record is None:

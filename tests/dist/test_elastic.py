@@ -1,0 +1,196 @@
+"""An elastic gang goes on without a frozen node, and the node, thawed, is fenced (issue 55).
+
+Three node ranks with ``minNodes`` 2 and no spare, real launchers and gloo workers,
+restarting in process as pods restarting in place. Node 2's (or node 1's) launcher and
+workers are stopped with SIGSTOP (a node frozen or cut off); the survivors find it lost
+within ``nodeLossSeconds``, node 0 does not wait for it: the gang re-forms at 2 nodes
+(generation 1; node 1 lost, node 2 becomes node rank 1) and resumes from the newest
+checkpoint with ``WORLD_SIZE`` 2. Then the frozen node comes back
+(SIGCONT): it finds the gang went on without it and exits 206 (fenced) without touching
+anything, and the job finishes on 2 nodes, exit 0; the ledger records the shrink.
+
+``python tests/dist/test_elastic.py [RUNS]`` measures "frozen -> re-formed" and "frozen ->
+first resumed step" (docs/restarts.md, "Elastic jobs").
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from disttools import LAUNCH, TINY, free_port, node_env  # noqa: E402
+from test_node_loss import freeze, thaw  # noqa: E402
+from test_preemption import launcher_of_node  # noqa: E402
+
+NODES, MIN_NODES = 3, 2  # the figures' job; the drill also runs 2 nodes, minNodes 1
+LOSS_S = 5
+# Enough steps after the resume (about 10 s) for the frozen node, thawed then, to be fenced before
+# the survivors finish (the run ends once minNodes nodes succeeded).
+STEPS = 120
+ARGV = ["--module", "kdist.workloads.ddp", "--", *TINY, "--max-steps", str(STEPS),
+        "--log-every", "1", "--checkpoint-every", "5", "--step-delay", "0.1"]
+
+
+def shrank(lost: int, size: int = 2) -> str:
+    return f"kdist.launch: the gang shrank to {size} nodes: node {lost} lost"
+
+
+def start(tmp: Path, loss_s: int = LOSS_S, nodes: int = NODES,
+          min_nodes: int = MIN_NODES) -> subprocess.Popen[str]:
+    """`nodes` nodes restarting in process, elastic down to `min_nodes`, in a child process
+    that prints its ledger as JSON at the end."""
+    from kdist.local import local_env
+
+    extra = dict(KDIST_CHECKPOINT_DIR=str(tmp / "ckpt"), KDIST_TEST_ROOT=str(os.getpid()),
+                 KDIST_NODE_LOSS_SECONDS=str(loss_s), KDIST_PG_TIMEOUT="120",
+                 KDIST_MAX_RESTARTS="2", KDIST_RDZV_TIMEOUT="180",
+                 KDIST_MIN_NODES=str(min_nodes))
+    port = free_port()
+    envs = [{**local_env(node_env(nodes, 1, i, port, **extra)), "KDIST_RESTART_COUNT": "0",
+             "KDIST_RESTART_DIR": str(tmp / f"restarts-{i}")} for i in range(nodes)]
+    for env in envs:
+        Path(env["KDIST_RESTART_DIR"]).mkdir()
+    (tmp / "envs.json").write_text(json.dumps(envs))
+    script = textwrap.dedent(f"""
+        import json, sys
+        from pathlib import Path
+        from kdist.local import run_nodes
+        from kdist.local.ledger import LocalLedger
+        envs = json.loads(Path({str(tmp / "envs.json")!r}).read_text())
+        ledger = LocalLedger(max_restarts=2)
+        code = run_nodes([*{LAUNCH!r}, *{ARGV!r}], envs, max_restarts=2, ledger=ledger,
+                         restart_dirs=[Path(e["KDIST_RESTART_DIR"]) for e in envs],
+                         ranks={nodes - 1}, fail_grace_s=60)
+        print("LEDGER " + json.dumps(ledger.summary(code == 0)), flush=True)
+        sys.exit(code)
+    """)
+    return subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=envs[0])
+
+
+def is_step(line: str, rank: int) -> bool:
+    return line.startswith(f"[rank {rank}] ") and '"event": "step"' in line
+
+
+def drill(proc: subprocess.Popen[str], lost: int = 2, size: int = 2, *, measure: bool = False
+          ) -> tuple[list[str], float | None, float | None]:
+    """Freeze node `lost` after 8 of its steps (a checkpoint at step 5 to resume from); thaw
+    it at the gang's first resumed step. The output read, and the seconds from the freeze
+    to the gang re-formed (node 0's shrink line) and to its first resumed step
+    (`measure`: stop reading there)."""
+    assert proc.stdout is not None
+    lines: list[str] = []
+    frozen_at = reformed = resumed = None
+    groups: list[int] = []
+    steps = 0
+    try:
+        for line in proc.stdout:
+            line = line.rstrip("\n")
+            lines.append(line)
+            if frozen_at is None:
+                steps += is_step(line, lost)
+                if steps >= 8:
+                    groups = freeze(launcher_of_node(os.getpid(), lost), signal.SIGSTOP)
+                    frozen_at = time.monotonic()
+                continue
+            if reformed is None and line.startswith(f"[node 0] {shrank(lost, size)}"):
+                reformed = time.monotonic() - frozen_at
+            if resumed is None and '"event": "resume"' in line:
+                resumed = time.monotonic() - frozen_at
+                if measure:
+                    return lines, reformed, resumed
+                thaw(groups)  # the node comes back while the gang trains smaller
+                groups = []
+    finally:
+        thaw(groups)
+    proc.wait(timeout=120)
+    return lines, reformed, resumed
+
+
+def records(lines: list[str], event: str) -> list[dict]:
+    return [json.loads(line.split("] ", 1)[1]) for line in lines
+            if line.startswith("[rank ") and f'"event": "{event}"' in line]
+
+
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize(("nodes", "min_nodes", "lost"), [(3, 2, 2), (3, 2, 1), (2, 1, 1)],
+                         ids=["node-2", "node-1-renumbered", "two-nodes-to-one"])
+def test_the_survivors_go_on_smaller_and_the_frozen_node_is_fenced(tmp_path, nodes, min_nodes,
+                                                                   lost):
+    proc = start(tmp_path, nodes=nodes, min_nodes=min_nodes)
+    size = nodes - 1
+    lines, reformed, resumed = drill(proc, lost, size)
+    text = "\n".join(lines)
+    assert reformed is not None and resumed is not None, text  # without the node coming back
+    # every survivor took the smaller gang: node 0 kept rank 0 and the store, another
+    # survivor holds rank 1 (node 1 lost of 3: node 2 was renumbered to rank 1)
+    survivors = [n for n in range(nodes) if n != lost]
+    for node in survivors:
+        assert any(line.startswith(f"[node {node}] {shrank(lost, size)} (generation 1: node "
+                                   f"ranks held by slots {', '.join(map(str, survivors))})")
+                   for line in lines), text
+    # the lost node, back, was fenced before it said a restart of its own
+    fenced = [line for line in lines if line.startswith(f"[node {lost}] kdist.launch: fenced")]
+    assert fenced and fenced[-1].endswith("exiting 206"), text
+    assert not any(line.startswith(f"[node {lost}] kdist.launch: restarting")
+                   for line in lines), text
+    assert f"kdist: node {lost} was fenced" in text, text
+    assert proc.returncode == 0, text
+    # the training finished on the survivors: resumed from a checkpoint at the smaller size
+    back = records(lines, "resume")
+    assert back and {r["rank"] for r in back} == set(range(size)), text
+    assert all(r["world_size"] == size for r in back), back
+    after = next(i for i, line in enumerate(lines) if '"event": "resume"' in line)
+    shrunk_steps = records(lines[after:], "step")
+    assert shrunk_steps and {r["world_size"] for r in shrunk_steps} == {size}, text
+    assert max(r["step"] for r in shrunk_steps) == STEPS, text
+    done = records(lines, "done")
+    assert sorted(d["rank"] for d in done) == list(range(size)), text
+    restarts = json.loads(next(line[len("LEDGER "):] for line in lines
+                               if line.startswith("LEDGER ")))["restarts"]
+    assert len(restarts) == 1 and f"node {lost} lost (silent for" in restarts[0]["cause"], \
+        restarts
+    assert restarts[0]["shrank"] == f"shrank to {size} nodes: node {lost} lost", restarts
+    assert restarts[0]["stepsLost"] is not None and restarts[0]["secondsLost"] > 0, restarts
+
+
+def measure(runs: int) -> None:
+    """Median seconds from node 2 frozen (nodeLossSeconds 10) to the gang re-formed at 2
+    nodes, and to its first resumed step."""
+    import tempfile
+
+    took: dict[str, list[float]] = {"re-formed": [], "first resumed step": []}
+    for _ in range(runs):
+        with tempfile.TemporaryDirectory() as tmp:
+            proc = start(Path(tmp), loss_s=10)
+            try:
+                _, reformed, resumed = drill(proc, measure=True)
+            finally:
+                if proc.poll() is None:
+                    os.kill(proc.pid, signal.SIGINT)
+                    try:
+                        proc.communicate(timeout=60)
+                    except subprocess.TimeoutExpired:
+                        proc.kill()
+            for name, seconds in (("re-formed", reformed), ("first resumed step", resumed)):
+                if seconds is not None:
+                    took[name].append(seconds)
+    for name, seconds in took.items():
+        if seconds:
+            print(f"frozen -> {name}: median {statistics.median(seconds):.1f} s of "
+                  f"{len(seconds)} ({', '.join(f'{t:.1f}' for t in seconds)})", flush=True)
+
+
+if __name__ == "__main__":
+    measure(int(sys.argv[1]) if len(sys.argv) > 1 else 3)
