@@ -332,7 +332,8 @@ def ledger_lines(ledger: dict[str, Any] | None) -> list[str]:
         return []
     lines = []
     for i, r in enumerate(ledger["restarts"], 1):
-        back = (f"back {r['secondsLost']}s later, {r['stepsLost']} step(s) lost"
+        whence = f" (from the {r['resumedFrom']})" if r.get("resumedFrom") else ""
+        back = (f"back {r['secondsLost']}s later{whence}, {r['stepsLost']} step(s) lost"
                 if r.get("resumedAt") else "back: no step line said when"
                 if ledger.get("succeeded") else "not resumed")
         at = str(r.get("faultAt") or "?")[11:19]

@@ -51,7 +51,7 @@ class LocalLedger:
             return
         with self._lock:
             resumed, open_ = record["event"] == "resume", self.ledger.open
-            self.ledger.stepped(step, self.clock(), resumed)
+            self.ledger.stepped(step, self.clock(), resumed, record.get("source"))
             if resumed or (open_ is not None and self.ledger.open is None):
                 self._step = step  # back: the steps count from here again
             elif self._step is None or step > self._step:

@@ -24,7 +24,14 @@ from typing import IO, Any
 
 from kdist.local.gpus import _gpu_env
 from kdist.local.ledger import LocalLedger
-from kdist.local.state import earlier_checkpoints, local_checkpoint_dir, state_dir
+from kdist.local.state import (
+    counted_restarts,
+    earlier_checkpoints,
+    local_checkpoint_dir,
+    memory_dir,
+    memory_root,
+    state_dir,
+)
 from kdist.local.stop import _kill_tree, _stop, _stop_saving
 from kdist.shared import env as E
 from kdist.shared import exitcodes
@@ -308,39 +315,31 @@ def run_nodes(
     out = stdout if stdout is not None else sys.stdout
     argvs = list(node_argvs) if node_argvs is not None else [argv] * len(envs)
     restart = 0
-    while True:
-        attempt = [{**env, E.RESTART_COUNT: str(restart)} for env in envs]
-        if restart_dirs is not None:  # the launchers count (from 0) in their directories
-            attempt = [{**env, E.RESTART_COUNT: "0", E.RESTART_DIR: str(d)}
-                       for env, d in zip(attempt, restart_dirs, strict=True)]
-        if on_attempt is not None:
-            on_attempt(restart)
-        node, code, interrupted = _run_once(argvs, attempt, out, fail_grace_s, stop_grace_s,
-                                            cwd, ledger, ranks)
-        if interrupted and on_interrupt is not None:
-            on_interrupt(code - 128)
-        counted = _counted(restart_dirs) if restart_dirs is not None else restart + 1
-        if interrupted or not exitcodes.is_retryable(code) or counted > max_restarts:
-            return code
-        restart = counted
-        if ledger is not None:
-            ledger.restarting(node, code)
-        print(f"kdist: node {node} exited with code {code}, {exitcodes.describe(code)}; "
-              f"restarting every node (restart {restart} of {max_restarts}), resuming "
-              "from the newest checkpoint", file=sys.stderr, flush=True)
-
-
-def _counted(dirs: Sequence[Path]) -> int:
-    """The restart the nodes' launchers would count next (``kdist.runtime.restarts``:
-    each start and each restart in process is counted in its directory)."""
-    seen = [0]
-    for d in dirs:
-        try:
-            text = (d / "starts").read_text().strip()
-        except OSError:
-            continue
-        seen.append(int(text) if text.isdigit() else 0)
-    return max(seen)
+    memory = memory_root()  # each node's /dev/shm (kdist.workloads.memory_file)
+    try:
+        while True:
+            attempt = [{**env, E.RESTART_COUNT: str(restart), E.MEMORY_DIR: memory_dir(
+                memory, i, None if restart_dirs else restart)} for i, env in enumerate(envs)]
+            if restart_dirs is not None:  # the launchers count (from 0) in their directories
+                attempt = [{**env, E.RESTART_COUNT: "0", E.RESTART_DIR: str(d)}
+                           for env, d in zip(attempt, restart_dirs, strict=True)]
+            if on_attempt is not None:
+                on_attempt(restart)
+            node, code, interrupted = _run_once(argvs, attempt, out, fail_grace_s, stop_grace_s,
+                                                cwd, ledger, ranks)
+            if interrupted and on_interrupt is not None:
+                on_interrupt(code - 128)
+            counted = counted_restarts(restart_dirs) if restart_dirs is not None else restart + 1
+            if interrupted or not exitcodes.is_retryable(code) or counted > max_restarts:
+                return code
+            restart = counted
+            if ledger is not None:
+                ledger.restarting(node, code)
+            print(f"kdist: node {node} exited with code {code}, {exitcodes.describe(code)}; "
+                  f"restarting every node (restart {restart} of {max_restarts}), resuming "
+                  "from the newest checkpoint", file=sys.stderr, flush=True)
+    finally:
+        shutil.rmtree(memory, ignore_errors=True)
 
 
 def _run_once(

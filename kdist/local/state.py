@@ -13,9 +13,11 @@ before anything is deleted.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from kdist.shared import env as E
 from kdist.shared.errors import UsageError
 
 #: What a local run clears or writes in `.kdist/<name>` (`local_workspace`, checkpoints).
@@ -87,3 +89,34 @@ def earlier_checkpoints(ckpt: Path, fresh: bool) -> None:
     what = f" (latest {latest})" if latest.isprintable() and latest else ""
     print(f"kdist: {ckpt} has an earlier run's checkpoints{what}: a workload that resumes "
           "goes on from them (--fresh starts over)", file=sys.stderr, flush=True)
+
+
+def counted_restarts(dirs: Sequence[Path]) -> int:
+    """The restart the nodes' launchers would count next (``kdist.runtime.restarts``:
+    each start and each restart in process is counted in its directory)."""
+    seen = [0]
+    for d in dirs:
+        try:
+            text = (d / "starts").read_text().strip()
+        except OSError:
+            continue
+        seen.append(int(text) if text.isdigit() else 0)
+    return max(seen)
+
+
+def memory_root() -> str:
+    """A directory of this run's own for the nodes' memory copies (``env.MEMORY_DIR``):
+    under /dev/shm where there is one, as in a pod; the caller removes it."""
+    import os
+    import tempfile
+
+    shm = E.DEFAULT_MEMORY_DIR
+    where = shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else None
+    return tempfile.mkdtemp(prefix="kdist-memory-", dir=where)
+
+
+def memory_dir(root: str, node: int, attempt: int | None) -> str:
+    """Node `node`'s memory directory: its own for the run where its pod restarts in place
+    (`attempt` None: a pod keeps its /dev/shm), else a new one per attempt (a new pod's
+    /dev/shm is empty)."""
+    return f"{root}/node-{node}" if attempt is None else f"{root}/attempt-{attempt}-node-{node}"

@@ -69,6 +69,12 @@ OUTPUT_PIPES = "KDIST_OUTPUT_PIPES"
 COLLECTIVE_COUNTS = "KDIST_COLLECTIVE_COUNTS"
 #: Fault drills: ``RANK:STEP`` makes that rank SIGKILL itself at that step.
 FAULT_KILL_AT = "KDIST_FAULT_KILL_AT"
+#: Where kdist's DDP workload keeps each rank's newest state in memory
+#: (kdist.workloads.memory_file; default /dev/shm, the pod's in-memory emptyDir, which a
+#: restart in place keeps). ``kdist run --local`` gives each node one of its own, as each
+#: pod has its own /dev/shm.
+MEMORY_DIR = "KDIST_MEMORY_DIR"
+DEFAULT_MEMORY_DIR = "/dev/shm"
 
 # spec.workdir: the shipped code (packed by kdist.rendering.workdir, unpacked by
 # kdist.runtime.workdir). The hash being set is what tells the launcher code was shipped.

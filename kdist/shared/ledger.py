@@ -121,6 +121,7 @@ class Restart:
     gone: bool = False  # its cause is a pod that went away (deleted, evicted): the origin
     spare: str = ""  # a warm spare that took the lost node's rank: "slot S took rank R"
     shrank: str = ""  # an elastic gang went on smaller: "shrank to N nodes: node K lost"
+    resumed_from: str = ""  # what the resume line said: "memory of rank 0, step 53" (DDP)
 
     @property
     def seconds_lost(self) -> float | None:
@@ -138,7 +139,8 @@ class Restart:
                 "resumedStep": self.resumed_step,
                 "secondsLost": None if self.seconds_lost is None else round(self.seconds_lost, 1),
                 "stepsLost": self.steps_lost, **({"spare": self.spare} if self.spare else {}),
-                **({"shrank": self.shrank} if self.shrank else {})}
+                **({"shrank": self.shrank} if self.shrank else {}),
+                **({"resumedFrom": self.resumed_from} if self.resumed_from else {})}
 
 
 @dataclass
@@ -215,7 +217,9 @@ class Ledger:
             when(e.get("faultAt")) or 0.0, num(e.get("lastStep")),
             when(e.get("resumedAt")), num(e.get("resumedStep")),
             spare=e["spare"] if isinstance(e.get("spare"), str) else "",
-            shrank=e["shrank"] if isinstance(e.get("shrank"), str) else "") for e in entries]
+            shrank=e["shrank"] if isinstance(e.get("shrank"), str) else "",
+            resumed_from=e["resumedFrom"] if isinstance(e.get("resumedFrom"), str) else "")
+            for e in entries]
         self.in_process |= set(range(1, len(self.restarts) + 1))
         self.version += 1
         return True
@@ -268,9 +272,10 @@ class Ledger:
         self.version += 1
         return True
 
-    def stepped(self, step: int, now: float, resumed: bool) -> None:
-        """A rank logged `step` (`resumed`: it said it resumed from that step): the gang
-        is back when it resumed, or went back to a step at or before the last one seen."""
+    def stepped(self, step: int, now: float, resumed: bool, source: object = None) -> None:
+        """A rank logged `step` (`resumed`: it said it resumed from that step, `source` what
+        from, as its line said): the gang is back when it resumed, or went back to a step
+        at or before the last one seen."""
         current = self.open
         if current is None:
             return
@@ -279,6 +284,8 @@ class Ledger:
             return
         current.resumed_at = max(now, current.fault_at)
         current.resumed_step = step if resumed else step - 1
+        if resumed and isinstance(source, str) and source.isprintable() and len(source) <= 64:
+            current.resumed_from = source  # a worker's words: kept only when short and plain
         self.version += 1
 
     def summary(self, max_restarts: int | None, started: float | None,

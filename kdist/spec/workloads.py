@@ -30,7 +30,7 @@ _TRANSFORMER = ("--hidden", "--layers", "--heads", "--ffn", "--seq-len", "--voca
 #: Every runnable workload: its flags that take a value, and those that take none.
 WORKLOADS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "ddp": (frozenset(_LOOP + _MLP + ("--bucket-cap-mb", "--grad-compression")),
-            frozenset({"-h", "--help"})),
+            frozenset({"-h", "--help", "--no-memory-copy"})),
     "pipeline": (frozenset(_LOOP + _MLP + ("--schedule", "--microbatches", "--stages")),
                  frozenset({"-h", "--help"})),
     "fsdp": (frozenset(_LOOP + _TRANSFORMER + ("--tp", "--dtype", "--weight-decay")),

@@ -215,6 +215,10 @@ class Checkpointer:
                 _warn(f"checkpoint {self.dir / name} has no readable manifest ({e}); skipped")
         return found
 
+    def newest_step(self) -> int | None:
+        """The step of the newest checkpoint with a manifest (not verified), or None."""
+        return max((m.get("step", 0) for _, m in self._candidates()), default=None)
+
     def _read(self, name: str, manifest: dict[str, Any], want: Sequence[str]) -> dict[str, Any]:
         shards = {}
         for shard in want:

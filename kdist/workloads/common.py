@@ -33,6 +33,8 @@ DTYPES: dict[str, torch.dtype | None] = {"fp32": None, "bf16": torch.bfloat16}
 # Test hook: "RANK:STEP" makes that rank SIGKILL itself after that step (see
 # maybe_inject_fault).
 FAULT_ENV = E.FAULT_KILL_AT
+#: Called before a worker that lost a peer exits (DDP's memory copy finishes its write).
+AT_PEER_LOST: list[Callable[[], object]] = []
 
 
 def add_common_args(parser: argparse.ArgumentParser) -> None:
@@ -216,6 +218,8 @@ def exit_peer_lost(rank: int, exc: BaseException) -> None:
           f"{exitcodes.PEER_LOST} so the whole job restarts from its newest checkpoint",
           file=sys.stderr, flush=True)
     sys.stdout.flush()
+    for flush in AT_PEER_LOST:
+        flush()
     os._exit(exitcodes.PEER_LOST)
 
 

@@ -16,6 +16,11 @@ With a checkpoint directory (``$KDIST_CHECKPOINT_DIR`` or
 verified checkpoint and hands it to every rank, so resuming is exact (same
 final parameters as an uninterrupted run) and works even when only rank 0's
 pod can see the directory.
+
+After each step each rank also keeps its newest state in memory (``memory``; off with
+``--no-memory-copy``): a restarted gang resumes from the newest step any rank holds,
+sent to the ranks that lack it (a spare, a replaced pod), when it is newer than the
+newest checkpoint, so at most the step in flight is lost.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from kdist.workloads.common import (
     run_workload,
 )
 from kdist.workloads.loop import Saver, run_steps
+from kdist.workloads.memory import memory_copy
 
 SHARD = "state"
 # DDP's own default. Its first bucket is capped at 1 MB anyway, so the default MLP
@@ -73,6 +79,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="all-reduce gradients in bf16 or fp16 (half the bytes; a "
                              "DDP communication hook) and average them back in fp32 "
                              "(default none)")
+    parser.add_argument("--no-memory-copy", action="store_true",
+                        help="keep no copy of each step's state in memory (/dev/shm): a "
+                             "restart then resumes from the newest checkpoint, not from "
+                             "the newest step a surviving rank holds")
     return parser
 
 
@@ -117,8 +127,8 @@ def _resume(
     model.load_state_dict(state["model"])
     opt.load_state_dict(state["optimizer"])
     torch.set_rng_state(state["rng"])
-    log_event("resume", step=loaded.step, checkpoint=loaded.name, rank=d.rank,
-              world_size=d.world_size)
+    log_event("resume", step=loaded.step, checkpoint=loaded.name,
+              source=f"checkpoint {loaded.name}", rank=d.rank, world_size=d.world_size)
     return loaded.step, loaded.meta.get("loss")
 
 
@@ -129,7 +139,10 @@ def train(args: argparse.Namespace, d: Dist) -> None:
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
     ckpt = Checkpointer(args.checkpoint_dir, keep=args.keep_checkpoints) \
         if args.checkpoint_dir else None
-    start, loss = _resume(ckpt, d, model, opt) if ckpt else (0, None)
+    memory = memory_copy(args, d, model, opt)
+    resumed = memory.resume(ckpt.newest_step() if ckpt and d.rank == 0 else None) \
+        if memory else None
+    start, loss = resumed or (_resume(ckpt, d, model, opt) if ckpt else (0, None))
     ddp = wrap(model, args, d)
     forward_context = autocast(d.device, args.dtype)
     batches = ShardedBatches(args.dataset_size, args.batch_size, d.world_size, d.rank,
@@ -153,7 +166,10 @@ def train(args: argparse.Namespace, d: Dist) -> None:
 
     save = Saver(ckpt, d, meter, shards) if ckpt else None
     run_steps(args, d, start=start, loss=loss, step=step, read=meter.read,
-              samples_per_step=meter.samples_per_step, save=save)
+              samples_per_step=meter.samples_per_step, save=save,
+              remember=memory.remember if memory else None, start_saved=resumed is None)
+    if memory is not None:
+        memory.close()
 
 
 @record

@@ -42,13 +42,17 @@ class Saver:
 
 def run_steps(args: argparse.Namespace, d: Dist, *, start: int, loss: float | None,
               step: Callable[[int], None], read: Callable[[], tuple[float, float]],
-              samples_per_step: int, save: Saver | None) -> None:
-    """Steps `start + 1 .. args.max_steps`: `step(n)` trains, `read()` gives (loss, samples/s).
+              samples_per_step: int, save: Saver | None,
+              remember: Callable[[int, float | None], None] | None = None,
+              start_saved: bool = True) -> None:
+    """Steps `start + 1 .. args.max_steps`: `step(n)` trains, `read()` gives (loss, samples/s);
+    `remember(n, loss)`, when given, keeps the state after step n (DDP's memory copy);
+    `start_saved`: whether a checkpoint holds step `start` (not so after a resume from memory).
 
     Step lines carry `steps_per_s` too, so a watcher can tell the time left. Raises
     ``Preempted`` once every rank agreed to stop (a SIGTERM), after saving that step.
     """
-    saved = start
+    saved = start if start_saved else -1
     vote = StopVote()
     for n in range(start + 1, args.max_steps + 1):
         step(n)
@@ -57,6 +61,8 @@ def run_steps(args: argparse.Namespace, d: Dist, *, start: int, loss: float | No
             log_event("step", step=n, loss=loss, samples_per_s=rate,
                       steps_per_s=round(rate / samples_per_step, 3), rank=d.rank,
                       world_size=d.world_size)
+        if remember is not None:
+            remember(n, loss)
         after_step(d.rank, n, args)
         if save is not None and args.checkpoint_every and n % args.checkpoint_every == 0:
             save(n, loss)

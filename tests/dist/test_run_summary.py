@@ -95,7 +95,8 @@ def test_a_run_whose_worker_was_killed_ends_with_its_ledger(tmp_path, workers):
                           cwd=tmp_path, env=env, text=True, capture_output=True, timeout=220)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     *_, restart, goodput, last = proc.stdout.splitlines()
-    # rank 1 SIGKILLed after step 6; both nodes resume from the checkpoint of step 4
+    # rank 1 SIGKILLed after step 6; both nodes resume from rank 0's memory of step 6 (the
+    # pods' /dev/shm kept), or from the checkpoint of step 4
     assert restart.startswith("restart 1 at "), proc.stdout
     if workers == "true":
         assert ": worker rank 1 (node 1, local rank 0, pid " in restart, restart

@@ -57,10 +57,10 @@ def node_envs(tmp: Path, spares: int, loss_s: int) -> list[dict[str, str]]:
             for i in range(NODES + spares)]
 
 
-def start(tmp: Path, spares: int, loss_s: int = LOSS_S,
-          fail_grace_s: float = 10.0) -> tuple[subprocess.Popen[str], list[dict[str, str]]]:
+def start(tmp: Path, spares: int, loss_s: int = LOSS_S, fail_grace_s: float = 10.0,
+          argv: list[str] = ARGV) -> tuple[subprocess.Popen[str], list[dict[str, str]]]:
     """NODES ranks + `spares` spares restarting in process, in a child process that prints
-    its ledger as JSON at the end; and the nodes' environments."""
+    its ledger as JSON at the end; and the nodes' environments. `argv`: the launcher's."""
     envs = node_envs(tmp, spares, loss_s)
     for env in envs:
         Path(env["KDIST_RESTART_DIR"]).mkdir()
@@ -72,7 +72,7 @@ def start(tmp: Path, spares: int, loss_s: int = LOSS_S,
         from kdist.local.ledger import LocalLedger
         envs = json.loads(Path({str(tmp / "envs.json")!r}).read_text())
         ledger = LocalLedger(max_restarts=2)
-        code = run_nodes([*{LAUNCH!r}, *{ARGV!r}], envs, max_restarts=2, ledger=ledger,
+        code = run_nodes([*{LAUNCH!r}, *{argv!r}], envs, max_restarts=2, ledger=ledger,
                          restart_dirs=[Path(e["KDIST_RESTART_DIR"]) for e in envs],
                          ranks={NODES} if {spares} else None, fail_grace_s={fail_grace_s})
         print("LEDGER " + json.dumps(ledger.summary(code == 0)), flush=True)

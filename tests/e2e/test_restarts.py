@@ -197,7 +197,7 @@ class Stream:
 def figures(records: list[tuple[float, int, dict[str, Any]]], fault_time: float) -> dict:
     """What the fault cost, from the log records: checkpoint used, steps lost, seconds."""
     resumes = [(t, rank, r) for t, rank, r in records if r["event"] == "resume"]
-    assert resumes, "no rank resumed from a checkpoint"
+    assert resumes, "no rank resumed (from a checkpoint or a rank's memory)"
     first_resume = min(t for t, _, _ in resumes)
     before = [r["step"] for t, _, r in records if r["event"] == "step" and t < first_resume]
     resumed = {rank: r["step"] for _, rank, r in resumes}
@@ -212,7 +212,8 @@ def figures(records: list[tuple[float, int, dict[str, Any]]], fault_time: float)
         "resumed_at": resumed,
         "preempted_at": stopped,
         "last_step_before_fault": last,
-        "steps_lost": last - checkpoint,
+        # DDP resuming from a rank's memory may go on past the last step it logged
+        "steps_lost": max(0, last - checkpoint),
         "seconds_fault_to_resumed_step": round(min(t for t, _ in after) - fault_time, 1),
     }
 

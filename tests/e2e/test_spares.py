@@ -73,7 +73,7 @@ def test_a_spare_takes_the_rank_of_a_paused_node_which_is_fenced_when_it_returns
         fault_time = time.monotonic()
         _docker(victim, "pause")
         paused = True
-        # the spare's workers resume from the checkpoint: the victim comes back
+        # the spare's workers resume (from rank 0's memory, DDP): the victim comes back
         assert stream.until(lambda r: r["event"] == "resume", timeout=RUN_TIMEOUT), \
             "\n".join(stream.text)
         resumed_s = time.monotonic() - fault_time

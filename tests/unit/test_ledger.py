@@ -358,3 +358,29 @@ def test_the_watch_shows_each_spare_and_the_restart_one_ended():
     (r,) = t.state.ledger["restarts"]
     assert r["spare"] == "slot 2 took rank 1" and "node 1 lost" in r["cause"]
     assert "; spare in slot 2 took rank 1; back 8.0s later" in ledger_lines(t.state.ledger)[0]
+
+
+def test_the_ledger_says_what_the_gang_resumed_from_and_keeps_it():
+    """DDP's resume line names its source (kdist.workloads.memory): the restart records it,
+    status says it, and a reader of the kept ledger reads it back; a long or odd one is not
+    kept (a worker's words)."""
+    clock = Clock()
+    led = LocalLedger(max_restarts=2, clock=clock)
+    for n in range(1, 13):
+        led.line(0, f"[rank 0] {step(n)}")
+    led.exited(1, 137)
+    led.restarting(1, 137)
+    clock.now += 4
+    source = "memory of rank 0, step 12"
+    resume = {"event": "resume", "step": 12, "source": source, "memory_rank": 0, "rank": 1}
+    led.line(1, f"[rank 1] {json.dumps(resume)}")
+    got = led.summary(succeeded=True)
+    (r,) = got["restarts"]
+    assert (r["resumedFrom"], r["stepsLost"]) == (source, 0), r
+    assert ledger_lines(got)[0].endswith(f"back 4.0s later (from the {source}), 0 step(s) lost")
+    again = Ledger()
+    assert again.adopt(got) and again.restarts[0].resumed_from == source
+    odd = Ledger()
+    odd.failed("node 1", 137, "2026-12-05T03:00:00Z", 0.0, 5)
+    odd.stepped(5, 1.0, True, "x" * 65)
+    assert "resumedFrom" not in odd.restarts[0].to_dict()

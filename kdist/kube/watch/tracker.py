@@ -319,7 +319,8 @@ class Tracker:
         r = self.state.rank(rank)
         if record["event"] in ("step", "resume") and isinstance(record.get("step"), int):
             before = self.ledger.version
-            self.ledger.stepped(record["step"], self.clock(), record["event"] == "resume")
+            self.ledger.stepped(record["step"], self.clock(), record["event"] == "resume",
+                                record.get("source"))
             if self.ledger.version != before:
                 self.ledger_changed()
         if record["event"] == "step":
