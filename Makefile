@@ -11,9 +11,10 @@ KUBECONFIG_E2E ?= $(CURDIR)/.cluster/kubeconfig
 STAMP := .install.stamp
 # The drills (tests/dist, tests/compat, the cluster suites) time real processes on a
 # shared 2-core machine: a drill that fails is run once more, and the summary line says
-# "N rerun" (each one a margin to look at, docs/testing.md); one that fails twice fails.
+# "N rerun" and names it (each one a margin to look at, docs/testing.md); one that
+# fails twice fails.
 # The slowest tests are printed too: what CI time is trimmed by.
-DRILL_FLAGS ?= --reruns 1 --reruns-delay 2 --durations=15
+DRILL_FLAGS ?= --reruns 1 --reruns-delay 2 -rfER --durations=15
 CLI_STAMP := .install-cli.stamp
 DEMO_STAMP := .install-demo.stamp
 
