@@ -256,6 +256,8 @@ def _first_meet(plan: LaunchPlan, listener: socket.socket | None,
             rank, members = spares.wait_for_rank(plan, _say)
             _say(took_line(plan.home_slot, rank))
             plan = dataclasses.replace(plan, node_rank=rank, members=members)
+            if plan.elastic and members.generation:  # admitted by the gang grown to them
+                plan = dataclasses.replace(plan, nnodes=len(members.slots))
             started = time.monotonic()  # its rendezvous begins now, however long it waited
         try:
             return _meet(plan, listener, started)
@@ -298,11 +300,17 @@ def _again(plan: LaunchPlan, code: int, listener: socket.socket | None, in_place
     except Fenced as e:
         _say(f"{e}; exiting {e.exit_code}")
         return plan, e.exit_code
+    meeting = dataclasses.replace(plan, restart_count=count)
+    if Said.grow and plan.members is not None:  # node 0 leads the gang's re-form larger
+        meeting = dataclasses.replace(meeting, members=(grown := elastic.grown(
+            plan.members, Said.grow, plan.full_nodes)), nnodes=len(grown.slots))
+        why = f"the gang grows to {len(grown.slots)} nodes (a planned re-form at a step boundary)"
     _say(in_process_line(count, plan.max_restarts, why, code))
     lost = [] if Said.lost_node is None else [Said.lost_node]
     try:
-        again = _meet(dataclasses.replace(plan, restart_count=count), listener,
-                      time.monotonic(), lost, cause=why)
+        again = _meet(meeting, listener, time.monotonic(), lost, cause=why)
+        if meeting.members is not None and meeting.members != plan.members:
+            _say(elastic.grow_line(plan.members or meeting.members, meeting.members))
     except Fenced as e:
         _say(f"{e}; exiting {e.exit_code}")
         return plan, e.exit_code

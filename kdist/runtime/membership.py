@@ -35,6 +35,9 @@ VACANT = "kdist/rdzv/vacant/"  # + rank: a survivor says that rank's node is los
 ANY_VACANT = "kdist/rdzv/vacant"  # set with any of them: one key for the spares to poll
 CLAIM = "kdist/rdzv/claim/"  # + rank: ADD 1 by each claimant; the first (1) holds it
 SLOT = "kdist/rdzv/slot/"  # + rank: the slot that joined this rendezvous as that rank
+#: + slot: a newcomer holding no rank asks an elastic gang running smaller to admit it
+#: (``kdist.runtime.elastic``); set in rank 0's store, which node 0's watchdog reads
+GROW = "kdist/grow/"
 
 
 class Fenced(LaunchError):

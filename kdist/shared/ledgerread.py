@@ -71,9 +71,10 @@ ENTRY: dict[str, tuple[Callable[[Any], bool], str]] = {
     "stepsLost": (_or_none(_count), "a count"),
     "spare": (_text, "text"),
     "shrank": (_text, "text"),
+    "grew": (_text, "text"),
 }
 # Said only where it holds: a restart a warm spare ended, or after which the gang shrank
-OPTIONAL = frozenset({"spare", "shrank"})
+OPTIONAL = frozenset({"spare", "shrank", "grew"})
 TOTALS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "restartsUsed": (lambda v: _count(v) and v <= MAX_ENTRIES, f"a count up to {MAX_ENTRIES}"),
     "restartsAllowed": (_or_none(_count), "a count"),
