@@ -60,7 +60,8 @@ def shrunk(members: Members, lost: Iterable[int], joined: Iterable[int], min_nod
     rest = [r for r in range(size) if r not in gone]
     if len(rest) < max(1, min_nodes) or sorted(set(joined)) != rest:
         return None
-    return Members(members.generation + 1, tuple(members.slots[r] for r in rest))
+    return Members(members.generation + 1, tuple(members.slots[r] for r in rest),
+                   tuple(members.joined_at(r) for r in rest) if members.since else ())
 
 
 def lead_decides(data: Mapping[str, bytes], plan: LaunchPlan, lost: Iterable[int],
@@ -99,7 +100,11 @@ def grown(members: Members, newcomers: Iterable[int], full_nodes: int) -> Member
     slot order, as many as there is room for below ``full_nodes``), the next generation."""
     room = max(0, full_nodes - len(members.slots))
     new = [s for s in sorted(set(newcomers)) if s not in members.slots][:room]
-    return Members(members.generation + 1, (*members.slots, *new)) if new else members
+    if not new:
+        return members
+    after = members.generation + 1
+    kept = tuple(members.joined_at(r) for r in range(len(members.slots)))
+    return Members(after, (*members.slots, *new), (*kept, *[after] * len(new)))
 
 
 def grow_line(before: Members, after: Members) -> str:
