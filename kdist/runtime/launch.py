@@ -291,7 +291,9 @@ def _again(plan: LaunchPlan, code: int, listener: socket.socket | None, in_place
     """Restart this node's workers in process after the retryable ``code``: the
     launchers meet again and the workers start anew on the next restart count (resuming
     from the newest checkpoint). (the plan, 0); or (the plan, ``code``) when the gang
-    did not meet again, and the container then restarts in place as it would have."""
+    did not meet again, and the container then restarts in place as it would have.
+    Node 0 of an elastic gang that stopped its workers at a step to admit newcomers
+    (``Said.grow``) leads the rendezvous at the larger size (``kdist.runtime.elastic``)."""
     count = (plan.restart_count or 0) + 1
     why = _EXITING.sub("", Said.last)
     try:
