@@ -321,6 +321,9 @@ def print_status(state: JobState) -> None:
     if state.size is not None and state.size != state.nodes:  # an elastic gang shrank
         spares.insert(0, f"training on {state.size} of {state.nodes} nodes (spec.minNodes: "
                          "the gang shrank after a node was lost)")
+    elif state.size is not None:  # it shrank, then grew back
+        spares.insert(0, f"training on all {state.nodes} nodes again (spec.minNodes: the gang "
+                         "grew back at a step boundary)")
     for line in [*spares, *ledger_lines(state.ledger), *(f"note: {n}" for n in state.notes)]:
         console.print(shown(line))
 
@@ -339,6 +342,7 @@ def ledger_lines(ledger: dict[str, Any] | None) -> list[str]:
         at = str(r.get("faultAt") or "?")[11:19]
         spare = f"; spare in {r['spare']}" if r.get("spare") else ""
         spare += f"; {r['shrank']}" if r.get("shrank") else ""
+        spare += f"; {r['grew']}" if r.get("grew") else ""
         lines.append(f"restart {i} at {at}: {r.get('cause')}{spare}; {back}")
     allowed = ledger.get("restartsAllowed")
     goodput = ledger.get("goodput")

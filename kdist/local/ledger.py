@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from kdist.shared.ledger import Ledger, in_process_restart, iso, shrank, spare_took
+from kdist.shared.ledger import Ledger, grew, in_process_restart, iso, shrank, spare_took
 from kdist.shared.records import parse_record
 
 # A launcher's last words on its node's failure (kdist.runtime.agent): "...; exiting N: why".
@@ -62,6 +62,7 @@ class LocalLedger:
         again = in_process_restart(text)
         took = spare_took(text)
         smaller = shrank(text)
+        larger = grew(text)
         with self._lock:
             if again is not None:
                 self.ledger.restarted_in_process(again, now, self._step)
@@ -71,6 +72,9 @@ class LocalLedger:
                 return
             if smaller is not None:
                 self.ledger.shrank_to(*smaller)
+                return
+            if larger is not None:
+                self.ledger.grew_to(*larger)
                 return
             m = _EXITING.search(text.rstrip())
             if m is not None and m.group(2) != "0":

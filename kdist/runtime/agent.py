@@ -62,6 +62,9 @@ class Said:
     stopped_by: int | None = None
     # The node rank the last run found lost (its heartbeat silent): vacant for a spare.
     lost_node: int | None = None
+    # Node 0 of an elastic gang running smaller: the newcomers' slots it stopped its
+    # workers at a step boundary for, to admit them (``kdist.runtime.elastic``).
+    grow: tuple[int, ...] = ()
 
 
 def say(message: str) -> None:
@@ -180,6 +183,17 @@ class _Stopper:
         return max(quiet, key=silent_first), self.plan.node_rank, waits
 
 
+def _grow(plan: LaunchPlan, workers: list[W.Worker], slots: list[int]) -> None:
+    """Node 0 of an elastic gang running smaller, newcomers waiting: its workers stop at a
+    step boundary, as on a preemption (every rank agrees on the step and saves it), and the
+    launchers meet again at the larger size (``kdist.launch._again``)."""
+    Said.grow = tuple(slots)
+    say(f"slot {', '.join(map(str, slots))} waits to join the gang of {plan.nnodes} of "
+        f"{plan.full_nodes} nodes: stopping the workers at the next step boundary (SIGTERM, "
+        "saved as on a preemption) to grow")
+    W.signal_all(workers, signal.SIGTERM)
+
+
 def _failed(plan: LaunchPlan, failed: list[W.Worker], output: Output) -> int:
     """The node's exit code from its failed workers."""
     seen: dict[int, tuple[int, float]] = {}
@@ -241,6 +255,7 @@ def run(plan: LaunchPlan, module: str | None, rest: list[str], *, prefix_lines: 
         raise
     workers: list[W.Worker] = []
     Said.lost_node = None
+    Said.grow = ()
     hang = _Stopper(plan, output, workers)
     hang.counts = work / "counts"
     barrier = ExitBarrier(plan, listener)
@@ -252,6 +267,7 @@ def run(plan: LaunchPlan, module: str | None, rest: list[str], *, prefix_lines: 
         if plan.progress_timeout_s or plan.nnodes > 1 or plan.tracks_members:
             progress = JobProgress(plan, output, started=lambda: bool(workers))
             hang.progress = progress
+            progress.on_grow = lambda slots: _grow(plan, workers, slots)
             watchdog = Watchdog(plan.progress_timeout_s, progress.total, hang,
                                 on_lost=hang.lost).start()
         W.start(plan, worker_exec.worker_argv(module, rest), environ, work, output.pipe,

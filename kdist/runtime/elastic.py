@@ -18,8 +18,17 @@ its members into rank 0's store (``kdist.runtime.watchdog``), for a lost node co
 to read that it is fenced. The lost node, if it comes back, finds a newer
 generation without its slot and is fenced (exit 206, ``membership.fenced``), touching
 nothing. Node 0's loss (the store's host) is not handled here: its survivors wait for its
-replacement, as today. Growing back to N (a replaced pod admitted at a step boundary) is
-not done yet: a replaced pod of a lost node waits as a spare holding no rank. Pure logic,
+replacement, as today.
+
+**Growing back**: while the gang runs below N, a newcomer (the lost slot's replacement pod,
+or a spare slot back) waits holding no rank, as a spare does, and asks to be admitted
+(``GROW`` + its slot, in rank 0's store). Node 0's watchdog reads the ask and stops its
+own workers at a step boundary (SIGTERM, as a preemption: every rank agrees on the step,
+``kdist.runtime.preemption.StopVote``, saves it and exits 143); every launcher meets again
+in process, node 0 leading at the larger size (``grown``: the survivors keep their node
+ranks, the newcomers take the next ones, at the next generation), and the workers resume
+from the checkpoint of the step they stopped at: no step is lost. A launcher that held a
+rank and lost it stays fenced: only a newcomer holding none grows the gang. Pure logic,
 standard library only.
 """
 
@@ -51,7 +60,8 @@ def shrunk(members: Members, lost: Iterable[int], joined: Iterable[int], min_nod
     rest = [r for r in range(size) if r not in gone]
     if len(rest) < max(1, min_nodes) or sorted(set(joined)) != rest:
         return None
-    return Members(members.generation + 1, tuple(members.slots[r] for r in rest))
+    return Members(members.generation + 1, tuple(members.slots[r] for r in rest),
+                   tuple(members.joined_at(r) for r in rest) if members.since else ())
 
 
 def lead_decides(data: Mapping[str, bytes], plan: LaunchPlan, lost: Iterable[int],
@@ -84,6 +94,28 @@ def shrink_line(before: Members, after: Members) -> str:
             f"{after.generation}: node ranks held by slots {', '.join(map(str, after.slots))})")
 
 
+def grown(members: Members, newcomers: Iterable[int], full_nodes: int) -> Members:
+    """The members the gang re-forms at when it admits the ``newcomers`` (slots, holding
+    no rank): the same node ranks for its members, the next ones for the newcomers (in
+    slot order, as many as there is room for below ``full_nodes``), the next generation."""
+    room = max(0, full_nodes - len(members.slots))
+    new = [s for s in sorted(set(newcomers)) if s not in members.slots][:room]
+    if not new:
+        return members
+    after = members.generation + 1
+    kept = tuple(members.joined_at(r) for r in range(len(members.slots)))
+    return Members(after, (*members.slots, *new), (*kept, *[after] * len(new)))
+
+
+def grow_line(before: Members, after: Members) -> str:
+    """The launcher's words (after "kdist.launch: ") when the gang re-formed larger: the
+    ledger and `kdist status` read them (``kdist.shared.ledger.GREW``)."""
+    new = ", ".join(str(s) for s in after.slots if s not in before.slots)
+    return (f"the gang grew to {len(after.slots)} nodes: slot {new} admitted at a step "
+            f"boundary (generation {after.generation}: node ranks held by slots "
+            f"{', '.join(map(str, after.slots))})")
+
+
 def adopt(plan: LaunchPlan, members: Members) -> tuple[LaunchPlan, str | None]:
     """This launcher's plan once the gang met as ``members``: its node rank (its slot's
     place in them) and the node count, and what to say of it (None: nothing new). Raises
@@ -99,6 +131,8 @@ def adopt(plan: LaunchPlan, members: Members) -> tuple[LaunchPlan, str | None]:
                                 nnodes=len(members.slots))
     if len(members.slots) < len(before.slots):
         return moved, shrink_line(before, members)
+    if len(members.slots) > len(before.slots):
+        return moved, grow_line(before, members)
     if members.generation and members != before:
         return moved, (f"the gang is on generation {members.generation}: node ranks held by "
                        f"slots {', '.join(map(str, members.slots))}")

@@ -256,6 +256,8 @@ def _first_meet(plan: LaunchPlan, listener: socket.socket | None,
             rank, members = spares.wait_for_rank(plan, _say)
             _say(took_line(plan.home_slot, rank))
             plan = dataclasses.replace(plan, node_rank=rank, members=members)
+            if plan.elastic and members.generation:  # admitted by the gang grown to them
+                plan = dataclasses.replace(plan, nnodes=len(members.slots))
             started = time.monotonic()  # its rendezvous begins now, however long it waited
         try:
             return _meet(plan, listener, started)
@@ -289,7 +291,9 @@ def _again(plan: LaunchPlan, code: int, listener: socket.socket | None, in_place
     """Restart this node's workers in process after the retryable ``code``: the
     launchers meet again and the workers start anew on the next restart count (resuming
     from the newest checkpoint). (the plan, 0); or (the plan, ``code``) when the gang
-    did not meet again, and the container then restarts in place as it would have."""
+    did not meet again, and the container then restarts in place as it would have.
+    Node 0 of an elastic gang that stopped its workers at a step to admit newcomers
+    (``Said.grow``) leads the rendezvous at the larger size (``kdist.runtime.elastic``)."""
     count = (plan.restart_count or 0) + 1
     why = _EXITING.sub("", Said.last)
     try:
@@ -298,11 +302,17 @@ def _again(plan: LaunchPlan, code: int, listener: socket.socket | None, in_place
     except Fenced as e:
         _say(f"{e}; exiting {e.exit_code}")
         return plan, e.exit_code
+    meeting = dataclasses.replace(plan, restart_count=count)
+    if Said.grow and plan.members is not None:  # node 0 leads the gang's re-form larger
+        meeting = dataclasses.replace(meeting, members=(grown := elastic.grown(
+            plan.members, Said.grow, plan.full_nodes)), nnodes=len(grown.slots))
+        why = f"the gang grows to {len(grown.slots)} nodes (a planned re-form at a step boundary)"
     _say(in_process_line(count, plan.max_restarts, why, code))
     lost = [] if Said.lost_node is None else [Said.lost_node]
     try:
-        again = _meet(dataclasses.replace(plan, restart_count=count), listener,
-                      time.monotonic(), lost, cause=why)
+        again = _meet(meeting, listener, time.monotonic(), lost, cause=why)
+        if meeting.members is not None and meeting.members != plan.members:
+            _say(elastic.grow_line(plan.members or meeting.members, meeting.members))
     except Fenced as e:
         _say(f"{e}; exiting {e.exit_code}")
         return plan, e.exit_code

@@ -35,6 +35,9 @@ VACANT = "kdist/rdzv/vacant/"  # + rank: a survivor says that rank's node is los
 ANY_VACANT = "kdist/rdzv/vacant"  # set with any of them: one key for the spares to poll
 CLAIM = "kdist/rdzv/claim/"  # + rank: ADD 1 by each claimant; the first (1) holds it
 SLOT = "kdist/rdzv/slot/"  # + rank: the slot that joined this rendezvous as that rank
+#: + slot: a newcomer holding no rank asks an elastic gang running smaller to admit it
+#: (``kdist.runtime.elastic``); set in rank 0's store, which node 0's watchdog reads
+GROW = "kdist/grow/"
 
 
 class Fenced(LaunchError):
@@ -45,35 +48,48 @@ class Fenced(LaunchError):
 
 @dataclass(frozen=True)
 class Members:
-    """Which slot holds each node rank, at a generation."""
+    """Which slot holds each node rank, at a generation; ``since``: the generation each
+    rank's holder joined at (empty: all at 0). An elastic gang that grew back admits a new
+    pod in the slot a fenced one had (``kdist.runtime.elastic.grown``): the old one, back,
+    held its rank before its slot's new holder joined, and stays fenced."""
 
     generation: int
     slots: tuple[int, ...]
+    since: tuple[int, ...] = ()
 
     @classmethod
     def first(cls, nnodes: int) -> Members:
         return cls(0, tuple(range(nnodes)))
 
     def encode(self) -> bytes:
-        return f"{self.generation}:{','.join(map(str, self.slots))}".encode()
+        since = f";{','.join(map(str, self.since))}" if any(self.since) else ""
+        return f"{self.generation}:{','.join(map(str, self.slots))}{since}".encode()
 
     @classmethod
     def decode(cls, raw: bytes, nnodes: int) -> Members | None:
         """The record as stored, or None when it is not one of 1 to ``nnodes`` ranks (an
         elastic gang, ``kdist.runtime.elastic``, holds fewer ranks once it shrank)."""
         try:
-            gen, _, slots = raw.decode("ascii").partition(":")
+            gen, _, rest = raw.decode("ascii").partition(":")
+            slots, _, joined = rest.partition(";")
             parsed = tuple(int(s) for s in slots.split(","))
+            since = tuple(int(s) for s in joined.split(",")) if joined else ()
             generation = int(gen)
         except (UnicodeDecodeError, ValueError):
             return None
-        if len(parsed) > nnodes or generation < 0 or min(parsed) < 0:
+        if len(parsed) > nnodes or generation < 0 or min(parsed) < 0 or \
+                (since and (len(since) != len(parsed) or min(since) < 0
+                            or max(since) > generation)):
             return None
-        return cls(generation, parsed)
+        return cls(generation, parsed, since)
 
     def holder(self, rank: int) -> int | None:
         """The slot holding ``rank``, or None (an elastic gang shrank below it)."""
         return self.slots[rank] if 0 <= rank < len(self.slots) else None
+
+    def joined_at(self, rank: int) -> int:
+        """The generation ``rank``'s holder joined at (0: from the start)."""
+        return self.since[rank] if 0 <= rank < len(self.since) else 0
 
     def rank_of(self, slot: int) -> int | None:
         """The rank ``slot`` holds, or None (a free spare)."""
@@ -83,7 +99,9 @@ class Members:
         """The members once the slots in ``joined`` (rank -> slot) met as those ranks: the
         next generation where any rank changed hands, else this one."""
         slots = tuple(joined.get(rank, slot) for rank, slot in enumerate(self.slots))
-        return self if slots == self.slots else Members(self.generation + 1, slots)
+        # ``since`` as it was: a rank a spare took is held by another slot, which fences
+        # its old holder already
+        return self if slots == self.slots else Members(self.generation + 1, slots, self.since)
 
 
 def fenced(held: int | None, rank: int, slot: int, current: Members | None) -> bool:
@@ -92,7 +110,8 @@ def fenced(held: int | None, rank: int, slot: int, current: Members | None) -> b
     slot, or (an elastic gang, ``kdist.runtime.elastic``) went on without this slot."""
     if held is None or current is None:
         return False
-    return current.generation > held and current.holder(rank) != slot
+    return current.generation > held and (current.holder(rank) != slot
+                                          or current.joined_at(rank) > held)
 
 
 def start_role(slot: int, nnodes: int, current: Members | None) -> int | None:
@@ -110,7 +129,9 @@ def start_role(slot: int, nnodes: int, current: Members | None) -> int | None:
 
 def fence_line(slot: int, rank: int, held: int, current: Members) -> str:
     holder = current.holder(rank)
-    now = (f"slot {holder} holds it (a spare took it, or the gang shrank and renumbered its "
+    now = (f"a new pod in this slot holds it since generation {current.joined_at(rank)} (the "
+           "gang grew back while this one was lost)" if holder == slot else
+           f"slot {holder} holds it (a spare took it, or the gang shrank and renumbered its "
            "nodes, while this node was lost)" if holder is not None else
            f"the gang went on with {len(current.slots)} node(s) without it (elastic: "
            "it shrank while this node was lost)")

@@ -24,6 +24,7 @@ from typing import Any
 from kdist.runtime.membership import (
     ANY_VACANT,
     CLAIM,
+    GROW,
     MEMBERS,
     SLOT,
     VACANT,
@@ -134,7 +135,10 @@ def join_check(client: Any, plan: LaunchPlan, lost: Iterable[int]) -> None:
     if why is not None:
         raise Fenced(why)
     if held is None and now is not None and now.holder(rank) != slot:
-        raise Taken(f"slot {slot}'s node rank {rank} is held by slot {now.holder(rank)}")
+        raise Taken(f"slot {slot}'s node rank {rank} is held by slot {now.holder(rank)}"
+                    if now.holder(rank) is not None else
+                    f"the gang went on with {len(now.slots)} node(s) without slot {slot} "
+                    "(elastic: it shrank); asking to be admitted at a step boundary")
     say_vacant(client, lost)
     if int(client.add(f"{CLAIM}{rank}", 1)) > 1:  # another claimant: unless it was this one
         holder = bytes(client.get(f"{SLOT}{rank}")) if client.check([f"{SLOT}{rank}"]) else b""
@@ -173,7 +177,9 @@ def wait_for_rank(plan: LaunchPlan, say: Callable[[str], None],
 def _vacancy(client: Any, plan: LaunchPlan) -> tuple[int, Members] | None:
     now = current(client, plan.full_nodes)
     if now is not None and (mine := now.rank_of(plan.home_slot)) is not None:
-        return mine, now  # restarted in place: it holds this rank already
+        return mine, now  # restarted in place, or admitted by a growing gang (elastic)
+    if plan.elastic and now is not None and len(now.slots) < plan.full_nodes:
+        client.set(f"{GROW}{plan.home_slot}", b"1")  # node 0 admits it at a step boundary
     if not client.check([ANY_VACANT]):
         return None
     for rank in range(1, plan.nnodes):
@@ -181,6 +187,17 @@ def _vacancy(client: Any, plan: LaunchPlan) -> tuple[int, Members] | None:
             client.set(f"{SLOT}{rank}", str(plan.home_slot).encode())
             return rank, now or Members.first(plan.nnodes)
     return None
+
+
+def grow_asks(client: Any, plan: LaunchPlan) -> list[int]:
+    """Node 0 of an elastic gang running below its full size: the slots of the newcomers
+    that ask to be admitted (``GROW``), read from rank 0's store ``client``."""
+    members = plan.members
+    if not plan.elastic or plan.node_rank != 0 or members is None or \
+            len(members.slots) >= plan.full_nodes:
+        return []
+    return [s for s in range(plan.full_nodes + plan.spares)
+            if s not in members.slots and client.check([f"{GROW}{s}"])]
 
 
 def publish(store: Any, plan: LaunchPlan) -> None:

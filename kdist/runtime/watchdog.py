@@ -98,6 +98,10 @@ class JobProgress:
         self._silence = StoreSilence(plan.node_loss_s)
         self._timeout = min(STORE_TIMEOUT_S, max(1.0, plan.node_loss_s / 3))
         self.heartbeat = Heartbeat(plan.node_rank, plan.nnodes, plan.node_loss_s, clock=clock)
+        # Node 0 of an elastic gang running smaller: told once of the newcomers that ask to
+        # be admitted (``kdist.runtime.elastic``: it stops its workers at a step boundary).
+        self.on_grow: Callable[[list[int]], None] | None = None
+        self.growing = False
 
     def _client(self) -> Any:
         if self._store is None:
@@ -199,6 +203,8 @@ class JobProgress:
         mine = self.output.progress()
         if self.plan.nnodes == 1 and self.plan.tracks_members and not self._answered:
             self._publish_alone()
+        if self.plan.nnodes == 1 and self._answered:
+            self._grow_asked()
         if self.plan.nnodes == 1 or not (self._answered or self.started()):
             return mine
         try:
@@ -223,6 +229,7 @@ class JobProgress:
                                  f"stopped answering ({e})") from e
             return self._total + mine - self._sent  # meanwhile, this node's own progress
         self._restart_asked()
+        self._grow_asked()
         try:
             self._beat()
         except NodeLost:
@@ -247,7 +254,20 @@ class JobProgress:
             pass
         return "another node's workers failed"
 
+    def _grow_asked(self) -> None:
+        if self.on_grow is None or self.growing:
+            return
+        try:
+            slots = spares.grow_asks(self._client(), self.plan)
+        except Exception:
+            return  # asked again next tick
+        if slots:
+            self.growing = True
+            self.on_grow(slots)
+
     def _restart_asked(self) -> None:
+        if self.growing:  # its workers stop at a step anyway; the others meet it already
+            return
         try:
             asked = self._asked()
         except Exception:

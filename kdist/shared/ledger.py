@@ -17,7 +17,8 @@ every node says it once per restart, and the ledger counts each restart once. A 
 spare that takes a lost node's rank says so (`SPARE_TOOK`, ``kdist.runtime.membership``):
 the open restart records it (``spare``: "slot S took rank R"); so does an elastic gang that
 goes on smaller (`SHRANK`, ``kdist.runtime.elastic``: ``shrank``, "shrank to N nodes: node K
-lost").
+lost"), and one that grows back, admitting a newcomer at a step boundary (`GREW`: ``grew``,
+"grew to N nodes: slot S admitted"; a planned re-form, counted as a restart).
 """
 
 from __future__ import annotations
@@ -58,6 +59,19 @@ SPARE_TOOK = re.compile(r"spare in slot (\d+) takes node rank (\d+)\s*$")
 # The launcher's line (after its "kdist.launch: ") when an elastic gang re-forms smaller
 # (``kdist.runtime.elastic.shrink_line``).
 SHRANK = re.compile(r"the gang shrank to (\d+) nodes: node ([\d, ]+) lost\b")
+
+
+# The launcher's line (after its "kdist.launch: ") when an elastic gang re-forms larger
+# (``kdist.runtime.elastic.grow_line``).
+GREW = re.compile(r"the gang grew to (\d+) nodes: slot ([\d, ]+) admitted\b")
+
+
+def grew(line: str) -> tuple[int, str] | None:
+    """(the nodes the gang has now, the newcomers' slots as said) of a launcher's own line
+    saying an elastic gang grew, else None."""
+    said = launcher_said(line)
+    m = GREW.match(said) if said is not None else None
+    return None if m is None else (int(m.group(1)), m.group(2).strip())
 
 
 def shrank(line: str) -> tuple[int, str] | None:
@@ -122,6 +136,7 @@ class Restart:
     spare: str = ""  # a warm spare that took the lost node's rank: "slot S took rank R"
     shrank: str = ""  # an elastic gang went on smaller: "shrank to N nodes: node K lost"
     resumed_from: str = ""  # what the resume line said: "memory of rank 0, step 53" (DDP)
+    grew: str = ""  # an elastic gang grew back: "grew to N nodes: slot S admitted"
 
     @property
     def seconds_lost(self) -> float | None:
@@ -140,7 +155,8 @@ class Restart:
                 "secondsLost": None if self.seconds_lost is None else round(self.seconds_lost, 1),
                 "stepsLost": self.steps_lost, **({"spare": self.spare} if self.spare else {}),
                 **({"shrank": self.shrank} if self.shrank else {}),
-                **({"resumedFrom": self.resumed_from} if self.resumed_from else {})}
+                **({"resumedFrom": self.resumed_from} if self.resumed_from else {}),
+                **({"grew": self.grew} if self.grew else {})}
 
 
 @dataclass
@@ -218,8 +234,8 @@ class Ledger:
             when(e.get("resumedAt")), num(e.get("resumedStep")),
             spare=e["spare"] if isinstance(e.get("spare"), str) else "",
             shrank=e["shrank"] if isinstance(e.get("shrank"), str) else "",
-            resumed_from=e["resumedFrom"] if isinstance(e.get("resumedFrom"), str) else "")
-            for e in entries]
+            resumed_from=e["resumedFrom"] if isinstance(e.get("resumedFrom"), str) else "",
+            grew=e["grew"] if isinstance(e.get("grew"), str) else "") for e in entries]
         self.in_process |= set(range(1, len(self.restarts) + 1))
         self.version += 1
         return True
@@ -269,6 +285,17 @@ class Ledger:
         if current is None or current.shrank == words:
             return False
         current.shrank = words
+        self.version += 1
+        return True
+
+    def grew_to(self, nodes: int, slots: str) -> bool:
+        """An elastic gang re-formed at ``nodes`` nodes, admitting the newcomers in ``slots``:
+        the open restart's (the planned re-form), said once. Whether the ledger changed."""
+        current = self.open
+        words = f"grew to {nodes} nodes: slot {slots} admitted"
+        if current is None or current.grew == words:
+            return False
+        current.grew = words
         self.version += 1
         return True
 

@@ -72,10 +72,11 @@ ENTRY: dict[str, tuple[Callable[[Any], bool], str]] = {
     "spare": (_text, "text"),
     "shrank": (_text, "text"),
     "resumedFrom": (_text, "text"),
+    "grew": (_text, "text"),
 }
-# Said only where it holds: a restart a warm spare ended, after which the gang shrank, or
-# whose resume line said whence
-OPTIONAL = frozenset({"spare", "shrank", "resumedFrom"})
+# Said only where it holds: a restart a warm spare ended, after which the gang shrank or
+# grew back, or whose resume line said whence
+OPTIONAL = frozenset({"spare", "shrank", "resumedFrom", "grew"})
 TOTALS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "restartsUsed": (lambda v: _count(v) and v <= MAX_ENTRIES, f"a count up to {MAX_ENTRIES}"),
     "restartsAllowed": (_or_none(_count), "a count"),

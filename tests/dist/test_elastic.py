@@ -9,8 +9,14 @@ checkpoint with ``WORLD_SIZE`` 2. Then the frozen node comes back
 (SIGCONT): it finds the gang went on without it and exits 206 (fenced) without touching
 anything, and the job finishes on 2 nodes, exit 0; the ledger records the shrink.
 
+Growing back: once the fenced node is gone, a new launcher for its slot starts (as its
+replacement pod would); it waits holding no rank and asks to be admitted; node 0 stops the
+gang at a step boundary (every rank saves that step), the launchers meet at 3 nodes
+(generation 2) and the workers resume from that step with ``WORLD_SIZE`` 3: 0 steps lost.
+
 ``python tests/dist/test_elastic.py [RUNS]`` measures "frozen -> re-formed" and "frozen ->
-first resumed step" (docs/restarts.md, "Elastic jobs").
+first resumed step" (docs/restarts.md, "Elastic jobs"); ``... grow [RUNS]``, "newcomer
+started -> re-formed at 3" and "newcomer started -> first step at 3".
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import statistics
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -46,8 +53,13 @@ def shrank(lost: int, size: int = 2) -> str:
     return f"kdist.launch: the gang shrank to {size} nodes: node {lost} lost"
 
 
+def argv(steps: int = STEPS) -> list[str]:
+    return [*ARGV[:ARGV.index("--max-steps") + 1], str(steps),
+            *ARGV[ARGV.index("--max-steps") + 2:]]
+
+
 def start(tmp: Path, loss_s: int = LOSS_S, nodes: int = NODES,
-          min_nodes: int = MIN_NODES) -> subprocess.Popen[str]:
+          min_nodes: int = MIN_NODES, steps: int = STEPS) -> subprocess.Popen[str]:
     """`nodes` nodes restarting in process, elastic down to `min_nodes`, in a child process
     that prints its ledger as JSON at the end."""
     from kdist.local import local_env
@@ -69,7 +81,7 @@ def start(tmp: Path, loss_s: int = LOSS_S, nodes: int = NODES,
         from kdist.local.ledger import LocalLedger
         envs = json.loads(Path({str(tmp / "envs.json")!r}).read_text())
         ledger = LocalLedger(max_restarts=2)
-        code = run_nodes([*{LAUNCH!r}, *{ARGV!r}], envs, max_restarts=2, ledger=ledger,
+        code = run_nodes([*{LAUNCH!r}, *{argv(steps)!r}], envs, max_restarts=2, ledger=ledger,
                          restart_dirs=[Path(e["KDIST_RESTART_DIR"]) for e in envs],
                          ranks={nodes - 1}, fail_grace_s=60)
         print("LEDGER " + json.dumps(ledger.summary(code == 0)), flush=True)
@@ -192,5 +204,147 @@ def measure(runs: int) -> None:
                   f"{len(seconds)} ({', '.join(f'{t:.1f}' for t in seconds)})", flush=True)
 
 
+
+
+# Grow-back: room after the shrink for the newcomer to start, ask, and be admitted (about
+# 15 s here), and for the steps at 3 nodes after it.
+GROW_STEPS = 400
+
+
+def newcomer(tmp: Path, slot: int, steps: int, into: list[str], lock: threading.Lock
+             ) -> tuple[subprocess.Popen[str], threading.Thread]:
+    """A new launcher for `slot` (its pod replaced), its lines into `into` (its own as
+    "[new] kdist.launch: ...", its workers' as they come, "[rank N] ...")."""
+    env = json.loads((tmp / "envs.json").read_text())[slot]
+    env.update(KDIST_RESTART_DIR=str(tmp / "restarts-new"), KDIST_RESTART_COUNT="0")
+    Path(env["KDIST_RESTART_DIR"]).mkdir()
+    proc = subprocess.Popen([sys.executable, "-m", "kdist.launch", *argv(steps)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            with lock:
+                line = line.rstrip("\n")
+                into.append("[new] " + line if line.startswith("kdist.launch: ") else line)
+
+    thread = threading.Thread(target=pump, daemon=True)
+    thread.start()
+    return proc, thread
+
+
+def grow_drill(tmp: Path, lost: int = 2) -> tuple[list[str], int | None, dict[str, float]]:
+    """Freeze node `lost` after 8 of its steps; thaw it once the gang resumed smaller (it is
+    fenced); once fenced, start its slot anew. The lines (the newcomer's too), its exit code,
+    and seconds from the newcomer's start to node 0's grow line and to the first step at
+    the full size."""
+    proc = start(tmp, steps=GROW_STEPS)
+    assert proc.stdout is not None
+    lines: list[str] = []
+    lock = threading.Lock()
+    groups: list[int] = []
+    frozen = resumed = False
+    steps = 0
+    new: subprocess.Popen[str] | None = None
+    pump: threading.Thread | None = None
+    began = 0.0
+    took: dict[str, float] = {}
+    try:
+        for line in proc.stdout:
+            line = line.rstrip("\n")
+            with lock:
+                lines.append(line)
+            if not frozen:
+                steps += is_step(line, lost)
+                if steps >= 8:
+                    groups = freeze(launcher_of_node(os.getpid(), lost), signal.SIGSTOP)
+                    frozen = True
+            elif not resumed and '"event": "resume"' in line:
+                resumed = True
+                thaw(groups)
+                groups = []
+            elif new is None and f"kdist: node {lost} was fenced" in line:
+                new, pump = newcomer(tmp, lost, GROW_STEPS, lines, lock)
+                began = time.monotonic()
+            elif new is not None and "grown" not in took and \
+                    line.startswith("[node 0] kdist.launch: the gang grew to"):
+                took["grown"] = time.monotonic() - began
+            elif "grown" in took and "first step" not in took and is_step(line, 0) and \
+                    '"world_size": 3' in line:
+                took["first step"] = time.monotonic() - began
+    finally:
+        thaw(groups)
+        proc.wait(timeout=120)
+        if new is not None:
+            try:
+                new.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                new.kill()
+                new.wait()
+        if pump is not None:
+            pump.join(timeout=10)
+    lines.append(f"RUNNER EXIT {proc.returncode}")
+    return lines, None if new is None else new.returncode, took
+
+
+@pytest.mark.timeout(400)
+def test_the_gang_grows_back_at_a_step_boundary_and_loses_no_step(tmp_path):
+    lines, new_code, _ = grow_drill(tmp_path)
+    text = "\n".join(lines)
+    assert "RUNNER EXIT 0" in text and new_code == 0, text
+    # the old launcher stayed fenced; the newcomer (no rank) was admitted as node rank 2
+    assert any(line.startswith("[node 2] kdist.launch: fenced") for line in lines), text
+    assert "[new] kdist.launch: spare in slot 2 takes node rank 2" in lines, text
+    grew = ("kdist.launch: the gang grew to 3 nodes: slot 2 admitted at a step boundary "
+            "(generation 2: node ranks held by slots 0, 1, 2)")
+    for who in ("[node 0]", "[node 1]"):
+        assert f"{who} {grew}" in lines, text
+    # every rank of the 2-node gang stopped after the same step, saved it, and the 3-node
+    # gang resumed from exactly that step: the step numbers go on without a gap or a repeat
+    stopped = records(lines, "preempted")
+    assert {r["rank"] for r in stopped} == {0, 1} and len({r["step"] for r in stopped}) == 1, \
+        stopped
+    assert {r["world_size"] for r in stopped} == {2}, stopped
+    at = stopped[0]["step"]
+    back = [r for r in records(lines, "resume") if r["world_size"] == 3]
+    assert {r["rank"] for r in back} == {0, 1, 2} and {r["step"] for r in back} == {at}, back
+    grown_at = lines.index(f"[node 0] {grew}")
+    before = [r["step"] for r in records(lines[:grown_at], "step") if r["rank"] == 0 and
+              r["world_size"] == 2]
+    after = [r["step"] for r in records(lines[grown_at:], "step") if r["rank"] == 0]
+    assert max(before) == at and after == list(range(at + 1, GROW_STEPS + 1)), (before, after)
+    assert sorted(d["rank"] for d in records(lines, "done")) == [0, 1, 2], text
+    assert all(d["world_size"] == 3 for d in records(lines, "done")), text
+    ledger = json.loads(next(line[len("LEDGER "):] for line in lines
+                             if line.startswith("LEDGER ")))
+    restarts = ledger["restarts"]
+    assert len(restarts) == 2 and restarts[0]["shrank"] == "shrank to 2 nodes: node 2 lost", \
+        restarts
+    assert restarts[1]["grew"] == "grew to 3 nodes: slot 2 admitted", restarts
+    assert restarts[1]["stepsLost"] == 0 and restarts[1]["resumedStep"] == at, restarts
+
+
+def measure_grow(runs: int) -> None:
+    """Median seconds from the newcomer's start to the gang re-formed at 3 nodes, and to
+    its first step at 3 nodes."""
+    import tempfile
+
+    took: dict[str, list[float]] = {"grown": [], "first step": []}
+    for _ in range(runs):
+        with tempfile.TemporaryDirectory() as tmp:
+            _, _, seen = grow_drill(Path(tmp))
+            for name, seconds in seen.items():
+                took[name].append(seconds)
+    for name, seconds in took.items():
+        if seconds:
+            print(f"newcomer started -> {name} at 3 nodes: median "
+                  f"{statistics.median(seconds):.1f} s of {len(seconds)} "
+                  f"({', '.join(f'{t:.1f}' for t in seconds)})", flush=True)
+
+
 if __name__ == "__main__":
-    measure(int(sys.argv[1]) if len(sys.argv) > 1 else 3)
+    if sys.argv[1:2] == ["grow"]:
+        measure_grow(int(sys.argv[2]) if len(sys.argv) > 2 else 3)
+    else:
+        measure(int(sys.argv[1]) if len(sys.argv) > 1 else 3)

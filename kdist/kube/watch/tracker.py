@@ -35,11 +35,13 @@ from kdist.kube.watch.podwarnings import Warned, once, pod_warnings
 from kdist.kube.watch.state import Failure, JobState, RankState
 from kdist.shared import exitcodes, facts
 from kdist.shared.ledger import ANNOTATION as LEDGER
-from kdist.shared.ledger import Ledger, in_process_restart, shrank, spare_took
+from kdist.shared.ledger import Ledger, grew, in_process_restart, shrank, spare_took
 from kdist.shared.ledgerread import read as read_ledger
 from kdist.shared.terminal import escape
 
 __all__ = ["Failure", "JobState", "RankState", "Tracker"]
+# An elastic gang's launcher lines on its size (kdist.runtime.elastic): shrank, grew back.
+RESIZED = ("kdist.launch: the gang shrank to ", "kdist.launch: the gang grew to ")
 MAX_HISTORY = 500
 
 
@@ -283,13 +285,17 @@ class Tracker:
             self.ledger_changed()
 
     def _shrank(self, line: str, live: bool) -> None:
-        """An elastic gang's survivor: the gang went on at fewer nodes (``spec.minNodes``)."""
-        smaller = shrank(line)
-        if smaller is None:
-            return
-        self.state.size = smaller[0]
-        if live and self.ledger.shrank_to(*smaller):
-            self.ledger_changed()
+        """An elastic gang's survivor: the gang went on at fewer nodes (``spec.minNodes``), or
+        grew back."""
+        smaller, larger = shrank(line), grew(line)
+        if smaller is not None:
+            self.state.size = smaller[0]
+            if live and self.ledger.shrank_to(*smaller):
+                self.ledger_changed()
+        elif larger is not None:  # grew back at a step boundary
+            self.state.size = larger[0]
+            if live and self.ledger.grew_to(*larger):
+                self.ledger_changed()
 
     # -- logs -----------------------------------------------------------------------------
 
@@ -310,7 +316,7 @@ class Tracker:
         if line.startswith("kdist.launch: spare in slot "):
             self._spare(rank, line, live)
             return
-        if line.startswith("kdist.launch: the gang shrank to "):
+        if line.startswith(RESIZED):
             self._shrank(line, live)
             return
         record = parse_record(line)
