@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import secrets
+import subprocess
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -30,6 +31,24 @@ CLUSTER_LOGS = Path(os.environ.get("KDIST_CLUSTER_LOGS", REPO / ".cluster" / "lo
 TERMINAL_PHASES = ("Succeeded", "Failed")
 #: Client-side bound of every API call: a dead connection must not hang a test.
 REQUEST_TIMEOUT = 30
+#: kdist's container in a pod, by backend (``Backend.container``: `node` on a TrainJob,
+#: where Trainer and the Kubeflow SDK look for it; `pytorch` elsewhere)
+KDIST_CONTAINERS = frozenset(b.container for b in backends.BACKENDS)
+
+
+def kdist_container(namespace: str, pod: str | client.V1Pod) -> str:
+    """The name of kdist's container in `pod` (its name, read with kubectl, or the object)."""
+    if isinstance(pod, str):
+        names = subprocess.run(
+            ["kubectl", "-n", namespace, "get", "pod", pod, "-o",
+             "jsonpath={.spec.containers[*].name}"],
+            capture_output=True, text=True, check=True, timeout=REQUEST_TIMEOUT).stdout.split()
+    else:
+        names = [c.name for c in pod.spec.containers]
+    found = [n for n in names if n in KDIST_CONTAINERS]
+    assert len(found) == 1, f"pod {pod if isinstance(pod, str) else pod.metadata.name}: " \
+                            f"containers {names}, kdist's one of {sorted(KDIST_CONTAINERS)}"
+    return found[0]
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

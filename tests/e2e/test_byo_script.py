@@ -29,6 +29,7 @@ from pathlib import Path
 
 import pytest
 
+from .conftest import kdist_container
 from .conftest_cli import REPO, job_file_fixture, kdist_fixture, kdist_popen_fixture  # noqa: F401
 from .test_restarts import report, running_pod, shared_volume  # noqa: F401
 
@@ -105,8 +106,8 @@ class Output:
 
 def kill_worker(namespace: str, pod: str, script: str) -> None:
     out = subprocess.run(
-        ["kubectl", "-n", namespace, "exec", pod, "-c", "pytorch", "--", "python", "-c",
-         KILL_SCRIPT, script], capture_output=True, text=True, timeout=60)
+        ["kubectl", "-n", namespace, "exec", pod, "-c", kdist_container(namespace, pod), "--",
+         "python", "-c", KILL_SCRIPT, script], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and "killed" in out.stdout, out.stdout + out.stderr
 
 

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from .conftest import Kube
+from .conftest import Kube, kdist_container
 from .conftest_cli import job_file_fixture, kdist_fixture, kdist_popen_fixture  # noqa: F401
 from .test_restarts import Stream, figures, report, running_pod, shared_volume  # noqa: F401
 
@@ -45,8 +45,8 @@ def fsdp(max_steps: int) -> dict:
 
 
 def kill_fsdp_worker(namespace: str, pod: str) -> None:
-    out = subprocess.run(["kubectl", "-n", namespace, "exec", pod, "-c", "pytorch", "--",
-                          "python", "-c", KILL_FSDP],
+    out = subprocess.run(["kubectl", "-n", namespace, "exec", pod, "-c",
+                          kdist_container(namespace, pod), "--", "python", "-c", KILL_FSDP],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and "killed" in out.stdout, out.stdout + out.stderr
 

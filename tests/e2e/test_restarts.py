@@ -35,7 +35,7 @@ from kubernetes import client
 from kdist.kube.watch.objects import pod_rank
 from kdist.spec.quantity import parse_quantity
 
-from .conftest import REQUEST_TIMEOUT, Kube
+from .conftest import REQUEST_TIMEOUT, Kube, kdist_container
 from .conftest_cli import job_file_fixture, kdist_fixture, kdist_popen_fixture  # noqa: F401
 
 MAX_STEPS, CKPT_EVERY, LOG_EVERY = 120, 20, 5
@@ -141,7 +141,7 @@ def evict_pod(kube: Kube, namespace: str, pod: str) -> None:
 
 def kill_training_process(kube: Kube, namespace: str, pod: str) -> None:
     out = subprocess.run(
-        ["kubectl", "-n", namespace, "exec", pod, "-c", "pytorch", "--",
+        ["kubectl", "-n", namespace, "exec", pod, "-c", kdist_container(namespace, pod), "--",
          "python", "-c", KILL_WORKERS],
         capture_output=True, text=True, timeout=60,
     )

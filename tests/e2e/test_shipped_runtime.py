@@ -94,7 +94,7 @@ def test_an_image_without_kdist_trains_and_resumes_after_a_sigkill(
     assert container.command == ["python3", "-c", runtime_ship.BOOT, runtime.sha256]
     probe = subprocess.run(
         ["kubectl", "-n", namespace, "exec", running_pod(kube, namespace, name, 1), "-c",
-         "pytorch", "--", "python3", "-c", PROBE_AND_KILL],
+         container.name, "--", "python3", "-c", PROBE_AND_KILL],
         capture_output=True, text=True, timeout=60)
     assert "image kdist: None" in probe.stdout, probe.stdout + probe.stderr
     assert "uid user: none" in probe.stdout, probe.stdout + probe.stderr  # HOME=/ otherwise

@@ -19,7 +19,7 @@ from kdist.rendering import render
 from kdist.shared import labels as L
 from kdist.spec import validate_job
 
-from .conftest import Kube
+from .conftest import Kube, kdist_container
 from .conftest_cli import IMAGE, job_file_fixture, job_spec, kdist_fixture  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[2]
@@ -77,7 +77,8 @@ def rank_records(kube: Kube, namespace: str, name: str) -> dict[int, list[dict[s
         namespace, label_selector=L.selector_string(name)).items
     records: dict[int, list[dict[str, Any]]] = {}
     for pod in pods:
-        for line in kube.pod_log(namespace, pod.metadata.name, "pytorch").splitlines():
+        log = kube.pod_log(namespace, pod.metadata.name, kdist_container(namespace, pod))
+        for line in log.splitlines():
             start = line.find("{")
             if start < 0:
                 continue

@@ -27,7 +27,7 @@ from kdist.rendering.workdir import pack
 from kdist.shared import labels as L
 from kdist.spec import validate_job
 
-from .conftest import Kube
+from .conftest import Kube, kdist_container
 from .conftest_cli import (  # noqa: F401 - the fixtures register by being imported
     job_file_fixture,
     job_spec,
@@ -193,7 +193,7 @@ def test_pods_that_start_before_their_code_wait_for_it(kube: Kube, namespace, tm
     assert kube.core.read_namespaced_pod(pod.metadata.name, namespace).status.phase == "Pending"
     create(kube, namespace, configmaps)
     assert wait_job(kube, namespace, "early", "indexed-job") == "succeeded"
-    log = kube.pod_log(namespace, pod.metadata.name, "pytorch")
+    log = kube.pod_log(namespace, pod.metadata.name, kdist_container(namespace, pod))
     assert '"version": "late"' in log, log
     events = kube.core.list_namespaced_event(
         namespace, field_selector=f"involvedObject.name={pod.metadata.name}").items
