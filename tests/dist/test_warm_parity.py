@@ -28,7 +28,7 @@ PROBE = textwrap.dedent("""
                  if k != "__builtins__" else type(v).__name__
                  for k, v in vars(__main__).items() if k.startswith("__")},
         "modules_main": sys.modules["__main__"] is __main__,
-        "env": {k: re.sub(r"kdist-launch-[0-9]+-[^/]+", "WORK", v)
+        "env": {k: re.sub(r"kdist-launch-[0-9]+-[^/]+|kdist-memory-[^/]+", "WORK", v)
                 for k, v in os.environ.items() if k not in skip},
         "signals": {n: str(signal.getsignal(getattr(signal, n))) for n in names},
         "session": os.getsid(0) == os.getpid(), "group": os.getpgid(0) == os.getpid(),
