@@ -280,22 +280,19 @@ class Ledger:
         """An elastic gang re-formed at ``nodes`` nodes without node(s) ``lost``: the open
         restart's (the one the loss made), said once however many survivors say it.
         Whether the ledger changed."""
-        current = self.open
-        words = f"shrank to {nodes} nodes: node {lost} lost"
-        if current is None or current.shrank == words:
-            return False
-        current.shrank = words
-        self.version += 1
-        return True
+        return self._resized("shrank", f"shrank to {nodes} nodes: node {lost} lost")
 
     def grew_to(self, nodes: int, slots: str) -> bool:
         """An elastic gang re-formed at ``nodes`` nodes, admitting the newcomers in ``slots``:
         the open restart's (the planned re-form), said once. Whether the ledger changed."""
+        return self._resized("grew", f"grew to {nodes} nodes: slot {slots} admitted")
+
+    def _resized(self, field: str, words: str) -> bool:
+        """The open restart's ``field`` (shrank, grew) set to ``words`` once."""
         current = self.open
-        words = f"grew to {nodes} nodes: slot {slots} admitted"
-        if current is None or current.grew == words:
+        if current is None or getattr(current, field) == words:
             return False
-        current.grew = words
+        setattr(current, field, words)
         self.version += 1
         return True
 
