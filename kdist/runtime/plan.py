@@ -116,6 +116,8 @@ class LaunchPlan:
         }
         if self.checkpoint_dir:
             env[E.CHECKPOINT_DIR] = self.checkpoint_dir
+        if self.elastic:
+            env[E.FULL_WORLD_SIZE] = str(self.full_nodes * self.nproc_per_node)
         if not environ.get("OMP_NUM_THREADS"):
             env["OMP_NUM_THREADS"] = str(max(1, cpu_count // self.nproc_per_node))
         return env

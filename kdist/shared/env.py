@@ -40,6 +40,10 @@ SPARES = "KDIST_SPARES"
 #: spec.minNodes, when below spec.nodes: a gang that lost a node and has no spare for it
 #: goes on with the survivors, down to this many nodes (kdist.runtime.elastic).
 MIN_NODES = "KDIST_MIN_NODES"
+#: Launcher -> workers of an elastic job (minNodes below nodes): the world size at
+#: spec.nodes, whatever the gang's size now; kdist's workloads keep their global batch at
+#: --batch-size times it (kdist.workloads.global_batch), a script may do the same.
+FULL_WORLD_SIZE = "KDIST_FULL_WORLD_SIZE"
 #: Which whole-job restart this is (0 = the first run), as the workers see it; the
 #: launcher sets TORCHELASTIC_RESTART_COUNT to the same. ``kdist run --local`` gives it to
 #: the launcher; a pod's launcher works it out (kdist.runtime.restarts).

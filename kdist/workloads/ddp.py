@@ -3,7 +3,9 @@
 An MLP classifier on a synthetic, learnable data set made from ``--seed``
 (no downloads), wrapped in DistributedDataParallel; a DistributedSampler
 shards each epoch across ranks; ``--batch-size`` is per rank, so one process
-with batch 2B follows the same trajectory as two ranks with batch B.
+with batch 2B follows the same trajectory as two ranks with batch B. An elastic
+job (``KDIST_FULL_WORLD_SIZE`` set) keeps its global batch, ``--batch-size`` x
+its full world size, at whatever size it trains (``kdist.workloads.global_batch``).
 gloo on CPUs, NCCL on GPUs (each worker on its ``LOCAL_RANK``'s GPU).
 
 Every rank prints JSON lines: ``step`` (mean loss of this rank's batches
@@ -26,6 +28,7 @@ newest checkpoint, so at most the step in flight is lost.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -37,11 +40,11 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel
 
+from kdist.workloads.batches import batches_for, share_mean
 from kdist.workloads.checkpoint import Checkpointer
 from kdist.workloads.common import (
     Dist,
     Meter,
-    ShardedBatches,
     add_common_args,
     autocast,
     check_args,
@@ -50,6 +53,7 @@ from kdist.workloads.common import (
     mlp_blocks,
     run_workload,
 )
+from kdist.workloads.global_batch import full_world_size
 from kdist.workloads.loop import Saver, run_steps
 from kdist.workloads.memory import memory_copy
 
@@ -145,19 +149,25 @@ def train(args: argparse.Namespace, d: Dist) -> None:
     start, loss = resumed or (_resume(ckpt, d, model, opt) if ckpt else (0, None))
     ddp = wrap(model, args, d)
     forward_context = autocast(d.device, args.dtype)
-    batches = ShardedBatches(args.dataset_size, args.batch_size, d.world_size, d.rank,
-                             args.seed, d.device)
+    draw, samples_per_step = batches_for(args, d.world_size, d.rank, d.device,
+                                         full_world_size())
     loss_fn = nn.CrossEntropyLoss()
-    meter = Meter(d.device, args.batch_size * d.world_size)
+    meter = Meter(d.device, samples_per_step)
 
     def step(n: int) -> None:
-        idx = batches.indices(n - 1)
+        parts = draw(n - 1)
         opt.zero_grad(set_to_none=True)
-        with forward_context():
-            batch_loss = loss_fn(ddp(x.index_select(0, idx)), y.index_select(0, idx))
-        batch_loss.backward()
+        losses = []
+        for i, (idx, weight) in enumerate(parts):
+            # An elastic job's share of the global batch in micro-batches: the gradients
+            # are all-reduced once, after the last one's backward.
+            with contextlib.nullcontext() if i == len(parts) - 1 else ddp.no_sync():
+                with forward_context():
+                    part = loss_fn(ddp(x.index_select(0, idx)), y.index_select(0, idx))
+                (part if weight == 1.0 else part * weight).backward()
+            losses.append((part.detach(), len(idx)))
         opt.step()
-        meter.add(batch_loss)
+        meter.add(share_mean(losses))
 
     def shards(n: int) -> dict[str, Any]:
         state = {"model": model.state_dict(), "optimizer": opt.state_dict(),

@@ -8,7 +8,8 @@ gathers one block's parameters at a time. ``--tp T`` makes a 2-D mesh
 form a TP group, so T dividing the processes per node keeps it in a node):
 FSDP shards over the data-parallel dimension, TP splits each block's
 attention heads and MLP. ``--batch-size`` is per data-parallel replica: N
-replicas at batch B follow the trajectory of one process at batch N x B.
+replicas at batch B follow the trajectory of one process at batch N x B; an
+elastic job keeps its global batch at any size (``kdist.workloads.global_batch``).
 
 ``--dtype bf16`` is mixed precision (``MixedPrecisionPolicy``): parameters
 gathered and computed in bf16, gradients reduced in bf16 on GPUs (fp32 over
@@ -37,17 +38,18 @@ import torch
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from kdist.workloads import torchapi
+from kdist.workloads.batches import batches_for, share_mean
 from kdist.workloads.checkpoint import Checkpointer
 from kdist.workloads.common import (
     DTYPES,
     Dist,
     Meter,
-    ShardedBatches,
     add_loop_args,
     check_args,
     log_event,
     run_workload,
 )
+from kdist.workloads.global_batch import full_world_size
 from kdist.workloads.loop import Saver, run_steps
 from kdist.workloads.transformer import (
     TP_PLAN,
@@ -124,17 +126,22 @@ def train(args: argparse.Namespace, d: Dist, dp: int) -> None:
             log_event("resume", step=start, checkpoint=loaded.name, rank=d.rank,
                       world_size=d.world_size, saved_world_size=loaded.meta.get("world_size"))
     # A TP group shares one replica's batch.
-    batches = ShardedBatches(args.dataset_size, args.batch_size, dp, d.rank // args.tp,
-                             args.seed, d.device)
-    meter = Meter(d.device, args.batch_size * dp)
+    full = full_world_size()
+    draw, samples_per_step = batches_for(args, dp, d.rank // args.tp, d.device,
+                                         None if full is None else full // args.tp)
+    meter = Meter(d.device, samples_per_step)
 
     def step(n: int) -> None:
-        idx = batches.indices(n - 1)
-        batch_loss = loss_of(model, x.index_select(0, idx), y.index_select(0, idx))
-        batch_loss.backward()
+        losses = []
+        # An elastic job's share of the global batch in micro-batches, each backward
+        # reducing its (weighted) gradients into the sharded ones, which accumulate.
+        for idx, weight in draw(n - 1):
+            part = loss_of(model, x.index_select(0, idx), y.index_select(0, idx))
+            (part if weight == 1.0 else part * weight).backward()
+            losses.append((part.detach(), len(idx)))
         opt.step()
         opt.zero_grad(set_to_none=True)
-        meter.add(batch_loss)
+        meter.add(share_mean(losses))
 
     save = DcpSaver(ckpt, d, meter, lambda _: {},
                     lambda: {"world_size": d.world_size, "tp": args.tp},

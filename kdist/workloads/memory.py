@@ -31,6 +31,7 @@ from torch import nn
 from kdist.shared import env as E
 from kdist.workloads import memory_file
 from kdist.workloads.common import AT_PEER_LOST, Dist, log_event
+from kdist.workloads.global_batch import full_world_size
 from kdist.workloads.survivor import describe, plan, state_key
 
 #: Each tensor's bytes start at a multiple of this in the file's state (any dtype's size).
@@ -110,7 +111,9 @@ class MemoryCopy:
     def __init__(self, args: argparse.Namespace, d: Dist, model: nn.Module,
                  opt: torch.optim.Optimizer, job: str):
         self.d, self.model, self.opt = d, model, opt
-        self.key = state_key(args, d.world_size)
+        # An elastic job's state is the same training at any size (its global batch is
+        # kept): a gang that shrank or grew resumes from the memory of the larger or smaller.
+        self.key = state_key(args, full_world_size() or d.world_size)
         self.path = memory_file.path_for(job, d.rank)
         self._buffers: dict[tuple, torch.Tensor] = {}
         self._writer = _Writer(self._write)
