@@ -1,7 +1,7 @@
 """`Client.metrics`: a job's step series per rank, from the JSON step lines in its logs.
 
 The workloads print `{"event": "step", "step": ..., "loss": ...,
-"samples_per_s": ...}` (docs/DESIGN.md, "JSON log lines"); a script of your
+"samples_per_s": ..., "world_size": ...}` (docs/DESIGN.md, "JSON log lines"); a script of your
 own may print the same. Every pod of a rank is read, oldest first, and a pod
 whose container restarted in place also its previous instance (the kubelet
 keeps one), so the series runs across restarts: `Step.restart` says which
@@ -31,7 +31,9 @@ MAX_POINTS = 60_000
 @dataclass(frozen=True)
 class Step:
     """One step line of one rank: the optimizer step, the loss, the job's samples/s, when
-    (epoch seconds, from the log's timestamp) and the attempt (0 until the first restart)."""
+    (epoch seconds, from the log's timestamp), the attempt (0 until the first restart) and
+    the world size the step ran at (an elastic job's changes as it shrinks and grows; None
+    where the line does not say)."""
 
     rank: int
     step: int
@@ -39,6 +41,7 @@ class Step:
     samples_per_s: float | None
     time: float | None
     restart: int
+    world_size: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -54,8 +57,11 @@ def step_of(line: str, rank: int, when: float | None, restart: int) -> Step | No
     step = record.get("step")
     if isinstance(step, bool) or not isinstance(step, int):
         return None
+    world = record.get("world_size")
     return Step(rank, step, _number(record.get("loss")), _number(record.get("samples_per_s")),
-                when, restart)
+                when, restart,
+                world if isinstance(world, int) and not isinstance(world, bool) and world > 0
+                else None)
 
 
 def _number(value: Any) -> float | None:

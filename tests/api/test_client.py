@@ -292,6 +292,19 @@ def test_metrics_label_the_steps_after_a_restart_in_process_with_the_next_attemp
     assert [(s.step, s.restart) for s in series[1]] == [(2, 0), (2, 1), (4, 1), (4, 2)]
 
 
+def test_metrics_label_each_step_with_the_world_size_it_ran_at(api, client):
+    """An elastic job shrinks and grows: each point says at which size (issue 55)."""
+    job = api.add(objects.job("demo"))[0]
+    api.add(objects.pod(job, 0))
+    line = '{{"event": "step", "step": {}, "loss": 0.5, "world_size": {}}}\n'
+    api.set_log("demo-0-abcde", line.format(1, 3) + line.format(2, 2) + line.format(3, 3)
+                + line.format(4, "true") + line.format(5, 0) + steps(6))
+    (series,) = client.metrics("demo").values()
+    assert [(s.step, s.world_size) for s in series] == [(1, 3), (2, 2), (3, 3), (4, None),
+                                                        (5, None), (6, None)]
+    assert series[0].to_dict()["world_size"] == 3
+
+
 # ---- kdist status --plot -----------------------------------------------------------------
 
 
