@@ -4,10 +4,12 @@ Three node ranks with ``minNodes`` 2 and no spare, real launchers and gloo worke
 restarting in process as pods restarting in place. Node 2's (or node 1's) launcher and
 workers are stopped with SIGSTOP (a node frozen or cut off); the survivors find it lost
 within ``nodeLossSeconds``, node 0 does not wait for it: the gang re-forms at 2 nodes
-(generation 1; node 1 lost, node 2 becomes node rank 1) and resumes from the newest
-checkpoint with ``WORLD_SIZE`` 2. Then the frozen node comes back
-(SIGCONT): it finds the gang went on without it and exits 206 (fenced) without touching
-anything, and the job finishes on 2 nodes, exit 0; the ledger records the shrink.
+(generation 1; node 1 lost, node 2 becomes node rank 1) and resumes with ``WORLD_SIZE`` 2
+from the survivors' memory (DDP's copy), no step lost, and ends with the parameters of an
+uninterrupted run (the global batch kept; test_elastic_batch.py states the tolerance). Then
+the frozen node comes back (SIGCONT): it finds the gang went on without it and exits 206
+(fenced) without touching anything, and the job finishes on 2 nodes, exit 0; the ledger
+records the shrink.
 
 Growing back: once the fenced node is gone, a new launcher for its slot starts (as its
 replacement pod would); it waits holding no rank and asks to be admitted; node 0 stops the
@@ -36,11 +38,15 @@ import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from disttools import LAUNCH, TINY, free_port, node_env  # noqa: E402
+from disttools import LAUNCH, TINY, final_state, free_port, node_env, run_job  # noqa: E402
+from test_elastic_batch import PARAMS_TOL, worst_difference  # noqa: E402
 from test_node_loss import freeze, thaw  # noqa: E402
 from test_preemption import launcher_of_node  # noqa: E402
 
 NODES, MIN_NODES = 3, 2  # the figures' job; the drill also runs 2 nodes, minNodes 1
+#: The last step's loss (mean over ranks) of a resized run against an uninterrupted one,
+#: relative (docs/restarts.md, "Elastic jobs"): only the order of float sums differs.
+LOSS_REL = 1e-2
 LOSS_S = 5
 # Enough steps after the resume (about 10 s) for the frozen node, thawed then, to be fenced before
 # the survivors finish (the run ends once minNodes nodes succeeded).
@@ -91,6 +97,44 @@ def start(tmp: Path, loss_s: int = LOSS_S, nodes: int = NODES,
                             stderr=subprocess.STDOUT, text=True, env=envs[0])
 
 
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """(nodes, steps) -> (final state, last step's mean loss over ranks) of the same job at
+    full size, never interrupted (no step delay: it changes no number)."""
+    done: dict[tuple[int, int], tuple[dict, float]] = {}
+
+    def get(nodes: int, steps: int) -> tuple[dict, float]:
+        if (nodes, steps) not in done:
+            ckpt = tmp_path_factory.mktemp(f"uninterrupted-{nodes}")
+            run = run_job(["--module", "kdist.workloads.ddp", "--", *TINY, "--max-steps",
+                           str(steps), "--log-every", "1", "--checkpoint-every", "0",
+                           "--checkpoint-dir", str(ckpt)], nodes=nodes,
+                          KDIST_FULL_WORLD_SIZE=str(nodes))
+            assert run.code == 0, run.text
+            done[nodes, steps] = final_state(ckpt), last_loss(run.lines, steps)
+        return done[nodes, steps]
+
+    return get
+
+
+def last_loss(lines: list[str], steps: int) -> float:
+    """The mean over ranks of the last step's loss (each rank's share of the global batch)."""
+    losses = [r["loss"] for r in records(lines, "step") if r["step"] == steps]
+    return sum(losses) / len(losses)
+
+
+def assert_same_training(tmp: Path, lines: list[str], want: tuple[dict, float],
+                         steps: int) -> None:
+    """The resized run ended where the uninterrupted one did: parameters within
+    PARAMS_TOL, the last step's loss within LOSS_REL of its own (the global batch kept)."""
+    state, loss = want
+    worst = worst_difference(final_state(tmp / "ckpt"), state)
+    print(f"resized vs uninterrupted: parameters within {worst:.2e}, last loss "
+          f"{last_loss(lines, steps):.6g} vs {loss:.6g}")  # the figures, with -s
+    assert worst <= PARAMS_TOL
+    assert abs(last_loss(lines, steps) - loss) <= LOSS_REL * loss, (last_loss(lines, steps), loss)
+
+
 def is_step(line: str, rank: int) -> bool:
     return line.startswith(f"[rank {rank}] ") and '"event": "step"' in line
 
@@ -139,7 +183,7 @@ def records(lines: list[str], event: str) -> list[dict]:
 @pytest.mark.parametrize(("nodes", "min_nodes", "lost"), [(3, 2, 2), (3, 2, 1), (2, 1, 1)],
                          ids=["node-2", "node-1-renumbered", "two-nodes-to-one"])
 def test_the_survivors_go_on_smaller_and_the_frozen_node_is_fenced(tmp_path, nodes, min_nodes,
-                                                                   lost):
+                                                                   lost, uninterrupted):
     proc = start(tmp_path, nodes=nodes, min_nodes=min_nodes)
     size = nodes - 1
     lines, reformed, resumed = drill(proc, lost, size)
@@ -159,10 +203,12 @@ def test_the_survivors_go_on_smaller_and_the_frozen_node_is_fenced(tmp_path, nod
                    for line in lines), text
     assert f"kdist: node {lost} was fenced" in text, text
     assert proc.returncode == 0, text
-    # the training finished on the survivors: resumed from a checkpoint at the smaller size
+    # the training finished on the survivors, resumed at the smaller size from the memory of
+    # one of them (DDP's copy: the state of the larger gang is the same training's)
     back = records(lines, "resume")
     assert back and {r["rank"] for r in back} == set(range(size)), text
     assert all(r["world_size"] == size for r in back), back
+    assert all(r["source"].startswith("memory of rank ") for r in back), back
     after = next(i for i, line in enumerate(lines) if '"event": "resume"' in line)
     shrunk_steps = records(lines[after:], "step")
     assert shrunk_steps and {r["world_size"] for r in shrunk_steps} == {size}, text
@@ -174,7 +220,9 @@ def test_the_survivors_go_on_smaller_and_the_frozen_node_is_fenced(tmp_path, nod
     assert len(restarts) == 1 and f"node {lost} lost (silent for" in restarts[0]["cause"], \
         restarts
     assert restarts[0]["shrank"] == f"shrank to {size} nodes: node {lost} lost", restarts
-    assert restarts[0]["stepsLost"] is not None and restarts[0]["secondsLost"] > 0, restarts
+    assert restarts[0]["stepsLost"] == 0 and restarts[0]["secondsLost"] > 0, restarts
+    assert restarts[0]["resumedFrom"].startswith("memory of rank "), restarts
+    assert_same_training(tmp_path, lines, uninterrupted(nodes, STEPS), STEPS)
 
 
 def measure(runs: int) -> None:
@@ -289,7 +337,7 @@ def grow_drill(tmp: Path, lost: int = 2) -> tuple[list[str], int | None, dict[st
 
 
 @pytest.mark.timeout(400)
-def test_the_gang_grows_back_at_a_step_boundary_and_loses_no_step(tmp_path):
+def test_the_gang_grows_back_at_a_step_boundary_and_loses_no_step(tmp_path, uninterrupted):
     lines, new_code, _ = grow_drill(tmp_path)
     text = "\n".join(lines)
     assert "RUNNER EXIT 0" in text and new_code == 0, text
@@ -323,6 +371,7 @@ def test_the_gang_grows_back_at_a_step_boundary_and_loses_no_step(tmp_path):
         restarts
     assert restarts[1]["grew"] == "grew to 3 nodes: slot 2 admitted", restarts
     assert restarts[1]["stepsLost"] == 0 and restarts[1]["resumedStep"] == at, restarts
+    assert_same_training(tmp_path, lines, uninterrupted(NODES, GROW_STEPS), GROW_STEPS)
 
 
 def measure_grow(runs: int) -> None:

@@ -32,9 +32,12 @@ from kdist.shared import env as E  # noqa: E402
 from kdist.workloads import ddp, fsdp  # noqa: E402
 
 #: DDP with SGD: the largest difference of any parameter from the reference. The sums
-#: differ in order only (measured: ~1e-7 after 30 steps; a global batch changed by a
-#: shrink moves them by ~1e-2, see test_a_kept_per_rank_batch_would_leave_the_curve).
-PARAMS_TOL = 1e-4
+#: differ in order only, which SGD with momentum amplifies over the steps (measured, the
+#: tiny MLP: 5e-7 after 120 steps and 1.0e-4 after 400 between one process at batch 768
+#: and 3 ranks at 256, both right); a global batch changed by a shrink (2 ranks at 256)
+#: moves them by 0.18 after 120 steps and 0.25 after 400. The drills of test_elastic.py
+#: measured 4e-7 (120 steps) and 6e-7 to 1.0e-4 (400): the margin is 20x the worst.
+PARAMS_TOL = 2e-3
 DDP_ARGS = [*TINY, "--max-steps", "30", "--log-every", "10", "--checkpoint-every", "0"]
 
 
@@ -78,7 +81,7 @@ def test_a_kept_per_rank_batch_would_leave_the_curve(tmp_path, one_process_at_15
     """What the rule is for: without it, one rank of 3 trains at a third of the batch."""
     ckpt = tmp_path / "ckpt"
     assert ddp.main([*DDP_ARGS, "--batch-size", "5", "--checkpoint-dir", str(ckpt)]) == 0
-    assert worst_difference(final_state(ckpt), one_process_at_15) > 100 * PARAMS_TOL
+    assert worst_difference(final_state(ckpt), one_process_at_15) > 50 * PARAMS_TOL
 
 
 def fsdp_alone(ckpt: Path, batch: int) -> dict:
