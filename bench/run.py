@@ -33,6 +33,7 @@ BENCHMARKS = {
     "cluster": "bench.cluster",
     "restart": "bench.restart",
     "warm": "bench.warm",
+    "elastic": "bench.elastic",
     "workdir": "bench.workdir",
     "runtime": "bench.runtime",
     "watch": "bench.watch",
