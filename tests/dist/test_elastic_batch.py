@@ -26,7 +26,7 @@ sys.path.insert(0, HERE)
 from disttools import TINY, assert_ok, final_state, run_job  # noqa: E402
 from test_fsdp import STEPS as FSDP_STEPS  # noqa: E402
 from test_fsdp import TINY as FSDP_TINY  # noqa: E402
-from test_fsdp import assert_close_state, full  # noqa: E402
+from test_fsdp import assert_close_state, full, unsharded  # noqa: E402
 
 from kdist.shared import env as E  # noqa: E402
 from kdist.workloads import ddp, fsdp  # noqa: E402
@@ -94,6 +94,7 @@ def fsdp_alone(ckpt: Path, batch: int) -> dict:
 @pytest.mark.filterwarnings("ignore:Unable to enable fault handler")
 def test_fsdp_shrunk_to_1_and_2_of_4_ranks_keeps_the_global_batch(tmp_path, monkeypatch):
     want = fsdp_alone(tmp_path / "reference", 16)  # not elastic: one process at 4 x 4
+    assert_close_state(want, unsharded(6)[6])  # as before: plain training at that batch
     # 2 ranks of 4: shares of 8 in 2 micro-batches of 4, reduced across the ranks
     run = run_job(["--module", "kdist.workloads.fsdp", "--", *FSDP_TINY, *FSDP_STEPS,
                    "--batch-size", "4", "--checkpoint-dir", str(tmp_path / "two")],
@@ -103,3 +104,18 @@ def test_fsdp_shrunk_to_1_and_2_of_4_ranks_keeps_the_global_batch(tmp_path, monk
     monkeypatch.setenv(E.FULL_WORLD_SIZE, "4")  # 1 rank of 4: 4 micro-batches of 4
     assert_close_state(fsdp_alone(tmp_path / "one", 4), want)
     torch.manual_seed(0)  # leave the process's RNG as a fresh one for later tests
+
+
+def test_at_full_size_an_elastic_rank_draws_its_distributed_sampler_share():
+    """So an elastic job at full size trains exactly as one that is not elastic."""
+    from kdist.workloads.batches import ElasticBatches
+    from kdist.workloads.common import ShardedBatches
+
+    cpu = torch.device("cpu")
+    for rank in range(3):
+        sharded = ShardedBatches(2048, 5, 3, rank, 7, cpu)
+        elastic = ElasticBatches(2048, 15, 3, rank, 7, 5, cpu)
+        assert elastic.steps_per_epoch == sharded.steps_per_epoch
+        for step in range(2 * sharded.steps_per_epoch + 3):  # across epochs
+            ((idx, weight),) = elastic.indices(step)
+            assert weight == 1.0 and torch.equal(idx, sharded.indices(step)), (rank, step)
