@@ -18,7 +18,10 @@ from typing import Any
 
 def dumps(value: Any, **options: Any) -> str:
     """`value` as strict JSON (json.dumps `options`), NaN and infinities as null."""
-    return json.dumps(finite(value), allow_nan=False, **options)
+    try:  # most values have no such float: written as they are, without finite's copy
+        return json.dumps(value, allow_nan=False, **options)
+    except ValueError:
+        return json.dumps(finite(value), allow_nan=False, **options)
 
 
 def finite(value: Any) -> Any:
