@@ -50,18 +50,19 @@ def free_spares(members: Members, full_nodes: int, spares: int) -> int:
 def shrunk(members: Members, lost: Iterable[int], joined: Iterable[int], min_nodes: int,
            free: int = 0) -> Members | None:
     """The members the gang re-forms at without its ``lost`` node ranks, or None: it waits
-    for them, as without ``minNodes`` (none lost, node 0 lost, a free spare to take the
+    for them, as without ``minNodes`` (none lost, the store's host lost, a free spare to take the
     rank, not every survivor joined yet, or fewer survivors than ``min_nodes``).
     ``joined``: the node ranks in the rendezvous, node 0 included."""
     size = len(members.slots)
     gone = {r for r in lost if 0 <= r < size}
-    if not gone or 0 in gone or free > 0:
+    if not gone or members.host in gone or free > 0:
         return None
     rest = [r for r in range(size) if r not in gone]
     if len(rest) < max(1, min_nodes) or sorted(set(joined)) != rest:
         return None
     return Members(members.generation + 1, tuple(members.slots[r] for r in rest),
-                   tuple(members.joined_at(r) for r in rest) if members.since else ())
+                   tuple(members.joined_at(r) for r in rest) if members.since else (),
+                   rest.index(members.host))
 
 
 def lead_decides(data: Mapping[str, bytes], plan: LaunchPlan, lost: Iterable[int],
@@ -104,7 +105,7 @@ def grown(members: Members, newcomers: Iterable[int], full_nodes: int) -> Member
         return members
     after = members.generation + 1
     kept = tuple(members.joined_at(r) for r in range(len(members.slots)))
-    return Members(after, (*members.slots, *new), (*kept, *[after] * len(new)))
+    return Members(after, (*members.slots, *new), (*kept, *[after] * len(new)), members.host)
 
 
 def grow_line(before: Members, after: Members) -> str:
