@@ -70,12 +70,12 @@ def env_contract(
         env[E.WARM_WORKERS] = "1"
     if s.distributed.spares:
         env[E.SPARES] = str(s.distributed.spares)
-        if slot_addr is not None:
-            env[E.SLOT_ADDR] = slot_addr
-            if local:
-                env[E.SLOT_PORTS] = "1"
     if s.elastic:
         env[E.MIN_NODES] = str(s.min_nodes)
+    if (s.distributed.spares or s.elastic) and slot_addr is not None:
+        env[E.SLOT_ADDR] = slot_addr  # where the store moves if node 0 is lost
+        if local:
+            env[E.SLOT_PORTS] = "1"
     if s.checkpoint is not None:
         env[E.CHECKPOINT_DIR] = s.checkpoint.path
     env["OMP_NUM_THREADS"] = str(omp_threads(job))

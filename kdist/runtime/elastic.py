@@ -17,8 +17,10 @@ Below M survivors the gang waits for the lost node (its pod replaced), as withou
 its members into rank 0's store (``kdist.runtime.watchdog``), for a lost node coming back
 to read that it is fenced. The lost node, if it comes back, finds a newer
 generation without its slot and is fenced (exit 206, ``membership.fenced``), touching
-nothing. Node 0's loss (the store's host) is not handled here: its survivors wait for its
-replacement, as today.
+nothing. Node 0's loss (the store's host): where each pod's address is known
+(``KDIST_SLOT_ADDR``) the store moves to node 1 first (``kdist.runtime.hostmove``), and the
+gang shrinks there as for any node (node 1 renumbered to rank 0, the host); else its
+survivors wait for its replacement.
 
 **Growing back**: while the gang runs below N, a newcomer (the lost slot's replacement pod,
 or a spare slot back) waits holding no rank, as a spare does, and asks to be admitted
@@ -76,8 +78,9 @@ def lead_decides(data: Mapping[str, bytes], plan: LaunchPlan, lost: Iterable[int
     keys = list(data)
     said = [int(k[len(VACANT):]) for k in keys if k.startswith(VACANT)
             and k[len(VACANT):].isdigit()]
-    joined = [0, *(int(k[len(count_prefix):]) for k in keys if k.startswith(count_prefix)
-                   and k[len(count_prefix):].isdigit())]
+    # the leader (the store's host: node 0 until the store moved) sets no count of its own
+    joined = [plan.node_rank, *(int(k[len(count_prefix):]) for k in keys
+                                if k.startswith(count_prefix) and k[len(count_prefix):].isdigit())]
     free = free_spares(members, plan.full_nodes, plan.spares)
     return shrunk(members, [*lost, *said], joined, plan.min_nodes, free)
 

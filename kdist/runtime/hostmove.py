@@ -143,6 +143,14 @@ def find(plan: LaunchPlan, host_lost: bool, say: Callable[[str], None],
     raise LaunchError(f"node {old}, the store's host, is lost and no other node hosts it")
 
 
+def ask_order(members: Members, slots: Iterable[int]) -> list[int]:
+    """The order a spare asks ``slots`` in where the store moved: the candidates' slots
+    first, in their order, then the free ones, the host last (silent, it costs a timeout)."""
+    place = {slot: i for i, slot in enumerate(members.slots[r] for r in members.candidates())}
+    last = len(members.slots)
+    return sorted(slots, key=lambda s: place.get(s, last + (s == members.host_slot)))
+
+
 def best(plan: LaunchPlan, slots: Iterable[int], known: int) -> tuple[Members, str, int] | None:
     """A spare, its store silent: the newest members any of ``slots``' addresses serves,
     with generation at least ``known`` (rule 2); with that address."""

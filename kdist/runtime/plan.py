@@ -93,9 +93,10 @@ class LaunchPlan:
 
     @property
     def store_moves(self) -> bool:
-        """Whether the survivors of a lost host move the store (warm spares and a slot
-        address to move it to) rather than wait for the host's replacement."""
-        return bool(self.spares) and self.slot_addr is not None
+        """Whether the survivors of a lost host move the store (warm spares or an elastic
+        gang, and a slot address to move it to) rather than wait for the host's
+        replacement."""
+        return self.tracks_members and self.slot_addr is not None
 
     def address_of(self, slot: int) -> tuple[str, int]:
         """Where ``slot`` serves the store when it hosts it."""
@@ -274,7 +275,7 @@ def resolve_env(
         spares=spares,
         min_nodes=min_nodes if elastic else 0,
         max_nodes=nnodes if elastic else None,
-        slot_addr=_slot_addr(environ) if spares else None,
+        slot_addr=_slot_addr(environ) if spares or elastic else None,
         slot_ports=environ.get(E.SLOT_PORTS, "").strip() == "1",
     )
 

@@ -179,7 +179,9 @@ def wait_for_rank(plan: LaunchPlan, say: Callable[[str], None],
             if client is None:  # where the store may move: a silent one is left sooner
                 client = StoreClient(*where, timeout=SILENT_S if plan.store_moves else 5.0)
             now = current(client, plan.full_nodes)
-            known = max(known, -1 if now is None else now.generation)
+            if now is not None and now.generation > known:
+                known = now.generation  # the successors' slots are asked first
+                others = hostmove.ask_order(now, others)
             found = _vacancy(client, plan, now)
             if found is not None:
                 client.close()

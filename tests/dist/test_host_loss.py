@@ -73,6 +73,33 @@ def test_node_0_frozen_the_store_moves_a_spare_takes_rank_0_and_node_0_is_fenced
     assert restarts[0].get("spare") in (None, "slot 2 took rank 0"), restarts
 
 
+@pytest.mark.timeout(400)
+def test_node_0_frozen_an_elastic_gang_moves_the_store_and_goes_on_smaller(tmp_path):
+    """3 nodes, ``minNodes`` 2, no spare: node 1 hosts the store, the gang shrinks to node
+    ranks held by slots 1 and 2 (node 1 renumbered to rank 0, the host), and node 0, back,
+    is fenced."""
+    import test_elastic as E
+
+    proc = E.start(tmp_path, more=MOVABLE)
+    lines, _, resumed = E.drill(proc, 0, 2)
+    text = "\n".join(lines)
+    assert resumed is not None, text
+    assert "[node 1] kdist.launch: node 0 (slot 0), the store's host, is lost: this node " \
+        "(rank 1) hosts the store now" in text, text
+    for node in (1, 2):
+        assert f"[node {node}] {E.shrank(0)} (generation 2: node ranks held by slots 1, 2)" \
+            in text, text
+    fenced = [line for line in lines if line.startswith("[node 0] kdist.launch: fenced")]
+    assert fenced and fenced[-1].endswith("exiting 206"), text
+    assert proc.returncode == 0, text
+    back = E.records(lines, "resume")
+    assert back and {r["world_size"] for r in back} == {2}, text
+    assert sorted(d["rank"] for d in E.records(lines, "done")) == [0, 1], text
+    restarts = ledger_of(lines)["restarts"]
+    assert len(restarts) == 1 and "node 0 lost (silent for" in restarts[0]["cause"], restarts
+    assert restarts[0]["shrank"] == "shrank to 2 nodes: node 0 lost", restarts
+
+
 def measure(runs: int) -> None:
     """Median seconds from node 0 frozen to the gang's first resumed step (a spare,
     nodeLossSeconds 10)."""

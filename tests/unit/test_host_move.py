@@ -248,3 +248,19 @@ def test_a_host_that_still_answers_keeps_the_store():
     finally:
         server.stop()
         listener.close()
+
+
+def test_a_spare_asks_the_successors_first_and_the_silent_host_last():
+    assert hostmove.ask_order(Members.first(3), [0, 1, 2, 4]) == [1, 2, 4, 0]
+    assert hostmove.ask_order(Members(2, (3, 1, 2), (), 1), [0, 1, 2, 3]) == [3, 2, 0, 1]
+
+
+def test_an_elastic_gang_led_at_its_new_host_shrinks_without_node_0():
+    port = _free_port()
+    moved = Members.first(3).moved(1)
+    host = _plan(1, port, nodes=3, spares=0, min_nodes=2, max_nodes=3, members=moved,
+                 slot_addr="127.0.0.1")
+    assert host.elastic and host.store_moves and host.hosts_store
+    data = {f"{R.COUNT}2": b"1", "kdist/rdzv/vacant/0": b"1"}
+    assert elastic.lead_decides(data, host, [0], R.COUNT) == Members(2, (1, 2), (), 0)
+    assert elastic.lead_decides({}, host, [0], R.COUNT) is None  # node 2 not in yet
