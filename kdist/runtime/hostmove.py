@@ -10,8 +10,10 @@ every launcher applies alone, from the members it last met (no store needed to a
    first (``Members.candidates``). A survivor that found the host lost walks them in
    order: reaching itself, it hosts (``_open``: a store on its own slot's address, the
    members **moved** to it at the next generation); at another candidate's address it
-   waits up to ``nodeLossSeconds`` for a store whose generation is newer than its own
-   and joins there, or passes over a candidate that never answers (lost too).
+   waits up to twice ``nodeLossSeconds`` (``CANDIDATE_WAIT``: the candidate reads the
+   silence itself and stops its workers first, seconds apart from this one) for a store
+   whose generation is newer than its own and joins there, or passes over a candidate
+   that never answers (lost too).
 2. **What is accepted**: only a store whose members are newer than the generation this
    launcher met at (``ask``); a spare follows the newest it finds (``best``), so a store
    at the old host's address (thawed, or cut off) is never taken for the gang's.
@@ -44,6 +46,8 @@ from kdist.runtime.store import StoreClient, listen
 from kdist.shared.errors import LaunchError
 
 ASK_TIMEOUT_S = 1.0  # one address: a frozen pod accepts (its kernel does) and never answers
+#: How long (in ``nodeLossSeconds``) a survivor waits for an earlier candidate to host
+CANDIDATE_WAIT = 2
 POLL_S = 0.25
 #: How many candidates a launcher that hosted asks whether the store moved away from it:
 #: the successor, and the next in case the successor was lost too.
@@ -130,7 +134,7 @@ def find(plan: LaunchPlan, host_lost: bool, say: Callable[[str], None],
                 f"{moved.generation}); node rank {old} is vacant")
             return hosted, listener, [old]
         addr = plan.address_of(members.slots[rank])
-        deadline = clock() + plan.node_loss_s
+        deadline = clock() + CANDIDATE_WAIT * plan.node_loss_s
         while clock() < deadline:
             found = ask(addr, plan.full_nodes)
             if newer(plan, found):

@@ -24,11 +24,12 @@ When the host itself is lost, the rule is (``kdist.runtime.hostmove``):
   order): a survivor that is the first candidate opens a store at its own address with
   the members **moved** (the next generation, the same slots, ``host`` = its rank) and
   leads the rendezvous there; a survivor further down the list looks for it, candidate by
-  candidate (each given ``nodeLossSeconds`` to answer; one that never does is passed
+  candidate (each given twice ``nodeLossSeconds`` to answer; one that never does is passed
   over, and the first candidate left hosts);
 - a store is accepted only with a generation newer than the one the launcher met at;
-  a spare polls every slot's address in slot order and follows the newest generation it
-  finds, so a store that answers at the old address (the old host thawed) is ignored;
+  a spare, its store silent, asks every slot's address (the successors first) and follows
+  the newest generation it finds, so a store that answers at the old address (the old
+  host thawed) is ignored;
 - the lost host's rank is vacant, taken by a spare as any other rank.
 
 **Fencing**: a launcher that held a rank at an older generation and finds that rank held
