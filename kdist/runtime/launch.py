@@ -180,7 +180,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         waited = wait_for_master(plan)
         if waited >= 1.0:
             _say(f"master {plan.master_addr}:{plan.master_port} answered after {waited:.1f}s")
+        hosting = listener
         plan, listener = _first_meet(plan, listener, started)
+        if listener is not hosting and standbys is not None:
+            standbys.close()  # they hold the socket this pod no longer hosts the store on
+            standbys = None
         if in_place is not None and plan.restart_count != base + starts:
             restarts.note_restart(in_place, plan.restart_count or 0, base)
     except LaunchError as e:

@@ -264,3 +264,32 @@ def test_an_elastic_gang_led_at_its_new_host_shrinks_without_node_0():
     data = {f"{R.COUNT}2": b"1", "kdist/rdzv/vacant/0": b"1"}
     assert elastic.lead_decides(data, host, [0], R.COUNT) == Members(2, (1, 2), (), 0)
     assert elastic.lead_decides({}, host, [0], R.COUNT) is None  # node 2 not in yet
+
+
+def test_node_0_replaced_finds_the_store_moved_and_hosts_nothing():
+    """A new pod in slot 0 (its restart count above 0) looks at the other slots before it
+    leads: the store moved to node 1, so it closes its port and joins there as rank 0."""
+    from kdist.runtime import launch
+
+    port = _free_port()
+    moved = Members.first(2).moved(1)
+    host = _plan(1, port, members=moved).at_host(moved)
+    listener = hostmove._open(host, 2, time.monotonic)
+    fresh = _plan(0, port, restart_count=1)
+    own = R.bind(fresh)
+    try:
+        t1, led = _run(R.meet, host, listener, time.monotonic(), 1, [0])
+        said: list[str] = []
+        real, launch._say = launch._say, said.append
+        try:
+            plan, hosting = launch._first_meet(fresh, own, time.monotonic())
+        finally:
+            launch._say = real
+        t1.join(timeout=20)
+        assert hosting is None and own.fileno() == -1  # closed: it hosts nothing
+        assert f"the store moved to 127.0.0.1:{port + 1} (generation 1)" in said[0]
+        assert (plan.node_rank, plan.master_port, plan.members) == (0, port + 1, moved)
+        assert not plan.hosts_store and led["value"].members == moved
+    finally:
+        own.close()
+        listener.close()
