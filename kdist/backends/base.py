@@ -102,6 +102,12 @@ class Backend:
         """The pods' spec.subdomain ("" for none)."""
         return ""
 
+    def slot_addr(self, name: str) -> str | None:
+        """Each pod's stable DNS name, ``{slot}`` for its index (the store's host moves
+        there when node 0 is lost: ``kdist.runtime.hostmove``), or None where there is no
+        such name."""
+        return None
+
     def rank_env(self, max_restarts: int) -> list[dict[str, str]]:
         """Env from the pod's own metadata (downward API): [{name, path}], paths as
         fieldRef.fieldPath. The node rank, and what the launcher counts restarts by."""

@@ -60,6 +60,9 @@ class IndexedJob(Backend):
     def subdomain(self, name: str) -> str:
         return name
 
+    def slot_addr(self, name: str) -> str | None:
+        return f"{name}-{{slot}}.{name}"
+
     def rank_env(self, max_restarts: int) -> list[dict[str, str]]:
         """The completion index; with restarts allowed, the Job controller's failure counts
         of the index, from which the launcher tells which restart this is

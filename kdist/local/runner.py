@@ -76,8 +76,8 @@ def run_local(job: Any, *, stdout: IO[str] | None = None, code: Any = None,
     # Each node's container env as a pod's spec lists it (not yet this process's env).
     # Warm spares (spec.distributed.spares) are node groups beyond the ranks, as pods.
     pods = job.spec.nodes + job.spec.distributed.spares
-    envs = [contract.pod_env(job, node_rank=i, master_addr=LOCAL_MASTER, local=True)
-            for i in range(pods)]
+    envs = [contract.pod_env(job, node_rank=i, master_addr=LOCAL_MASTER, local=True,
+                             slot_addr=LOCAL_MASTER) for i in range(pods)]
     _gpu_env(job, envs)
     ckpt = local_checkpoint_dir(job, root)
     if ckpt is not None:

@@ -38,12 +38,14 @@ def omp_threads(job: TrainingJob) -> int:
 
 
 def env_contract(
-    job: TrainingJob, *, node_rank: int | None, master_addr: str | None
+    job: TrainingJob, *, node_rank: int | None, master_addr: str | None,
+    slot_addr: str | None = None, local: bool = False,
 ) -> dict[str, str]:
     """KDIST_* variables, OMP_NUM_THREADS, then the user's env (which may override OMP).
 
     `node_rank`/`master_addr` are None where the pod learns them elsewhere (its
-    backend's `rank_env`, or its operator's env).
+    backend's `rank_env`, or its operator's env). `slot_addr`: each pod's address, where
+    the store may move with spares (`local`: one address, a port per node).
     """
     s = job.spec
     env = {
@@ -70,6 +72,10 @@ def env_contract(
         env[E.SPARES] = str(s.distributed.spares)
     if s.elastic:
         env[E.MIN_NODES] = str(s.min_nodes)
+    if (s.distributed.spares or s.elastic) and slot_addr is not None:
+        env[E.SLOT_ADDR] = slot_addr  # where the store moves if node 0 is lost
+        if local:
+            env[E.SLOT_PORTS] = "1"
     if s.checkpoint is not None:
         env[E.CHECKPOINT_DIR] = s.checkpoint.path
     env["OMP_NUM_THREADS"] = str(omp_threads(job))
@@ -79,14 +85,15 @@ def env_contract(
 
 def pod_env(job: TrainingJob, *, node_rank: int | None, master_addr: str | None,
             code_sha256: str | None = None, runtime_sha256: str | None = None,
-            local: bool = False) -> dict[str, str]:
+            local: bool = False, slot_addr: str | None = None) -> dict[str, str]:
     """A pod's (or, `local`, a local node's) whole literal env, assembled here once:
     the contract, the shipped code's and runtime's digests, the GPU defaults and, in a
     pod, HOME and the socket interface (a local run keeps the user's HOME, and talks over
     loopback: a pod's interface name would not exist here)."""
     from kdist.rendering import podspec
 
-    env = env_contract(job, node_rank=node_rank, master_addr=master_addr)
+    env = env_contract(job, node_rank=node_rank, master_addr=master_addr,
+                       slot_addr=slot_addr, local=local)
     # HOME first, so $(HOME) expands in spec.env's values and args: a pod's is kdist's
     # writable one; a local run keeps this machine's.
     host_home = os.environ.get("HOME")

@@ -137,6 +137,7 @@ def _context(job: TrainingJob, code: Packed | None = None,
         job_labels[L.QUEUE] = s.scheduling.queue
     argv = launch_argv(job)
     env = pod_env(job, node_rank=None, master_addr=backend.master_addr(name),
+                  slot_addr=backend.slot_addr(name),
                   code_sha256=code.sha256 if code is not None else None,
                   runtime_sha256=runtime.sha256 if runtime is not None else None)
     pod = {

@@ -62,6 +62,8 @@ class Said:
     stopped_by: int | None = None
     # The node rank the last run found lost (its heartbeat silent): vacant for a spare.
     lost_node: int | None = None
+    # The last run found the store's host lost (its store silent): the store moves.
+    host_lost = False
     # Node 0 of an elastic gang running smaller: the newcomers' slots it stopped its
     # workers at a step boundary for, to admit them (``kdist.runtime.elastic``).
     grow: tuple[int, ...] = ()
@@ -222,8 +224,10 @@ def _watch(workers: list[W.Worker], barrier: ExitBarrier,
         if standbys is not None and output is not None:
             standbys.tick(lambda i: output.ranks[i].progress > 0)
         states = [w.poll() for w in workers]
-        rank0 = [code for w, code in zip(workers, states, strict=True) if w.rank == 0]
-        if rank0 and rank0[0] is not None:  # rank 0's store is gone: node 0's launcher answers
+        # the worker that serves the store (the first on its host) is gone: the host's
+        # launcher answers (a no-op on the other nodes)
+        rank0 = [code for w, code in zip(workers, states, strict=True) if w.local_rank == 0]
+        if rank0 and rank0[0] is not None:
             barrier.serve(finished=rank0[0] == 0)
         if any(code not in (None, 0) for code in states):
             W.stop(workers, signal.SIGTERM, STOP_GRACE_S)
@@ -255,6 +259,7 @@ def run(plan: LaunchPlan, module: str | None, rest: list[str], *, prefix_lines: 
         raise
     workers: list[W.Worker] = []
     Said.lost_node = None
+    Said.host_lost = False
     Said.grow = ()
     hang = _Stopper(plan, output, workers)
     hang.counts = work / "counts"
@@ -286,7 +291,7 @@ def run(plan: LaunchPlan, module: str | None, rest: list[str], *, prefix_lines: 
                     "torch's): counted as succeeded, no restart spent")
         if watchdog is not None:
             watchdog.stop()
-            Said.lost_node = watchdog.lost_node
+            Said.lost_node, Said.host_lost = watchdog.lost_node, watchdog.host_lost
             if hang.progress is not None and not watchdog.lost:
                 hang.progress.end()  # not lost while it waits in the exit barrier, or restarts
         output.stop()  # every line the workers wrote is out, and their tails complete

@@ -17,8 +17,10 @@ Below M survivors the gang waits for the lost node (its pod replaced), as withou
 its members into rank 0's store (``kdist.runtime.watchdog``), for a lost node coming back
 to read that it is fenced. The lost node, if it comes back, finds a newer
 generation without its slot and is fenced (exit 206, ``membership.fenced``), touching
-nothing. Node 0's loss (the store's host) is not handled here: its survivors wait for its
-replacement, as today.
+nothing. Node 0's loss (the store's host): where each pod's address is known
+(``KDIST_SLOT_ADDR``) the store moves to node 1 first (``kdist.runtime.hostmove``), and the
+gang shrinks there as for any node (node 1 renumbered to rank 0, the host); else its
+survivors wait for its replacement.
 
 **Growing back**: while the gang runs below N, a newcomer (the lost slot's replacement pod,
 or a spare slot back) waits holding no rank, as a spare does, and asks to be admitted
@@ -50,18 +52,19 @@ def free_spares(members: Members, full_nodes: int, spares: int) -> int:
 def shrunk(members: Members, lost: Iterable[int], joined: Iterable[int], min_nodes: int,
            free: int = 0) -> Members | None:
     """The members the gang re-forms at without its ``lost`` node ranks, or None: it waits
-    for them, as without ``minNodes`` (none lost, node 0 lost, a free spare to take the
+    for them, as without ``minNodes`` (none lost, the store's host lost, a free spare to take the
     rank, not every survivor joined yet, or fewer survivors than ``min_nodes``).
     ``joined``: the node ranks in the rendezvous, node 0 included."""
     size = len(members.slots)
     gone = {r for r in lost if 0 <= r < size}
-    if not gone or 0 in gone or free > 0:
+    if not gone or members.host in gone or free > 0:
         return None
     rest = [r for r in range(size) if r not in gone]
     if len(rest) < max(1, min_nodes) or sorted(set(joined)) != rest:
         return None
     return Members(members.generation + 1, tuple(members.slots[r] for r in rest),
-                   tuple(members.joined_at(r) for r in rest) if members.since else ())
+                   tuple(members.joined_at(r) for r in rest) if members.since else (),
+                   rest.index(members.host))
 
 
 def lead_decides(data: Mapping[str, bytes], plan: LaunchPlan, lost: Iterable[int],
@@ -75,8 +78,9 @@ def lead_decides(data: Mapping[str, bytes], plan: LaunchPlan, lost: Iterable[int
     keys = list(data)
     said = [int(k[len(VACANT):]) for k in keys if k.startswith(VACANT)
             and k[len(VACANT):].isdigit()]
-    joined = [0, *(int(k[len(count_prefix):]) for k in keys if k.startswith(count_prefix)
-                   and k[len(count_prefix):].isdigit())]
+    # the leader (the store's host: node 0 until the store moved) sets no count of its own
+    joined = [plan.node_rank, *(int(k[len(count_prefix):]) for k in keys
+                                if k.startswith(count_prefix) and k[len(count_prefix):].isdigit())]
     free = free_spares(members, plan.full_nodes, plan.spares)
     return shrunk(members, [*lost, *said], joined, plan.min_nodes, free)
 
@@ -104,7 +108,7 @@ def grown(members: Members, newcomers: Iterable[int], full_nodes: int) -> Member
         return members
     after = members.generation + 1
     kept = tuple(members.joined_at(r) for r in range(len(members.slots)))
-    return Members(after, (*members.slots, *new), (*kept, *[after] * len(new)))
+    return Members(after, (*members.slots, *new), (*kept, *[after] * len(new)), members.host)
 
 
 def grow_line(before: Members, after: Members) -> str:

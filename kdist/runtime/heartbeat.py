@@ -16,8 +16,10 @@ launchers notice it in ``nodeLossSeconds`` instead (``KDIST_NODE_LOSS_SECONDS``)
   which every node reads within a tick, and every survivor SIGKILLs its workers
   (``kdist.runtime.agent``) and exits ``PEER_LOST`` (or meets the others again, in
   process), naming the node: ``node N lost (silent for X s)``;
-- node 0's loss takes the store with it: a launcher whose store has not answered for
-  ``nodeLossSeconds`` reads node 0 as lost (``StoreSilence``).
+- the host's loss (node 0's, until the store moves) takes the store with it: a launcher
+  whose store has not answered for ``nodeLossSeconds`` reads the host as lost
+  (``StoreSilence``), and with spares the survivors move the store
+  (``kdist.runtime.hostmove``).
 
 A launcher whose workers ended sets its beat to ``ENDED`` (it waits in the exit
 barrier, or restarts: not lost), and node 0's exit barrier says so for node 0. A
@@ -38,8 +40,9 @@ LOST = "kdist/heartbeat/lost"  # the lost node's rank + 1 (0: none)
 LOST_WHY = "kdist/heartbeat/lost-why"  # the words of its watcher, set before LOST
 ENDED = -1
 WATCHERS = 2
-# Node 0 hosts the store (in rank 0's worker): when it finds a node lost, it waits this
-# long before killing its workers (and the store), so that the others read LOST first.
+# The store's host (node 0 until it moves; the store lives in its first worker): when it
+# finds a node lost, it waits this long before killing its workers (and the store), so
+# that the others read LOST first.
 TELL_S = 1.5
 
 
@@ -124,8 +127,9 @@ class Heartbeat:
 
     def __init__(self, node: int, nnodes: int, loss_s: float,
                  clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep, hosts: bool | None = None) -> None:
         self.node, self.clock, self.sleep = node, clock, sleep
+        self.hosts = node == 0 if hosts is None else hosts  # it serves the store
         self.nodes = watched(node, nnodes)
         self.silence = Silence(self.nodes, loss_s)
         self.count = 0
@@ -155,7 +159,7 @@ class Heartbeat:
               f"node {self.node})"
         store.set(LOST_WHY, why.encode())
         store.set(LOST, str(node + 1).encode())
-        if self.node == 0:
+        if self.hosts:
             store.check([LOST])  # answered: the store has both keys
             self.sleep(TELL_S)
         raise NodeLost(node, why)

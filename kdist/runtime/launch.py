@@ -76,7 +76,16 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from kdist.runtime import elastic, rendezvous, restarts, spares, standby, torchcheck, worker_exec
+from kdist.runtime import (
+    elastic,
+    hostmove,
+    rendezvous,
+    restarts,
+    spares,
+    standby,
+    torchcheck,
+    worker_exec,
+)
 from kdist.runtime.agent import Said, run, say
 from kdist.runtime.failures import cause as _cause
 from kdist.runtime.failures import pick_failure
@@ -171,7 +180,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         waited = wait_for_master(plan)
         if waited >= 1.0:
             _say(f"master {plan.master_addr}:{plan.master_port} answered after {waited:.1f}s")
-        plan = _first_meet(plan, listener, started)
+        hosting = listener
+        plan, listener = _first_meet(plan, listener, started)
+        if listener is not hosting and standbys is not None:
+            standbys.close()  # they hold the socket this pod no longer hosts the store on
+            standbys = None
         if in_place is not None and plan.restart_count != base + starts:
             restarts.note_restart(in_place, plan.restart_count or 0, base)
     except LaunchError as e:
@@ -194,7 +207,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             if in_place is None or not restarts.restart_workers(
                     plan, code, Said.stopped_by is not None, in_place, os.environ):
                 break
-            plan, code = _again(plan, code, listener, in_place, base)
+            hosting = listener
+            plan, code, listener = _again(plan, code, listener, in_place, base)
+            if listener is not hosting and standbys is not None:
+                # this node hosts the store now: its standbys hold no socket to serve it on
+                standbys.close()
+                standbys = None
             if code:
                 break
     finally:
@@ -247,20 +265,32 @@ def _start_line(plan: LaunchPlan) -> str:
 
 
 def _first_meet(plan: LaunchPlan, listener: socket.socket | None,
-                started: float) -> LaunchPlan:
-    """The first rendezvous; a spare (``spec.distributed.spares``) waits first, holding no
-    rank, until it takes one (``kdist.runtime.spares``), and a pod whose slot's rank a
-    spare took (it was replaced) becomes a spare."""
+                started: float) -> tuple[LaunchPlan, socket.socket | None]:
+    """The first rendezvous, and the socket this launcher hosts the store on; a spare
+    (``spec.distributed.spares``) waits first, holding no rank, until it takes one
+    (``kdist.runtime.spares``), and a pod whose slot's rank a spare took (it was replaced)
+    becomes a spare. A replaced host's pod first looks for the store moved elsewhere
+    (``kdist.runtime.hostmove``): found, it hosts nothing."""
+    if listener is not None and plan.store_moves and (plan.restart_count or 0) > 0:
+        others = range(1, plan.full_nodes + plan.spares)
+        moved = hostmove.best(plan, others, 0)
+        if moved is not None and moved[0].host_slot != plan.home_slot:
+            listener.close()
+            listener = None
+            plan = dataclasses.replace(plan, master_addr=moved[1], master_port=moved[2],
+                                       job_port=plan.master_port)
+            _say(f"the store moved to {moved[1]}:{moved[2]} (generation "
+                 f"{moved[0].generation}): this pod hosts nothing")
     while True:
         if plan.is_spare:
             rank, members = spares.wait_for_rank(plan, _say)
             _say(took_line(plan.home_slot, rank))
-            plan = dataclasses.replace(plan, node_rank=rank, members=members)
+            plan = dataclasses.replace(plan.at_host(members), node_rank=rank)
             if plan.elastic and members.generation:  # admitted by the gang grown to them
                 plan = dataclasses.replace(plan, nnodes=len(members.slots))
             started = time.monotonic()  # its rendezvous begins now, however long it waited
         try:
-            return _meet(plan, listener, started)
+            return _meet(plan, listener, started), listener
         except spares.Taken as e:
             _say(f"{e}: this pod waits as a spare")
             plan = dataclasses.replace(plan, node_rank=plan.nnodes + plan.home_slot)
@@ -280,6 +310,7 @@ def _meet(plan: LaunchPlan, listener: socket.socket | None, started: float,
         plan, said = elastic.adopt(plan, met.members)  # Fenced: it went on without this node
         if said:
             _say(said)
+        plan = plan.at_host(met.members)  # the store's address, where it moved
     if met.restart == mine:
         return plan
     _say(f"the gang is on restart {met.restart} (this node counted {mine})")
@@ -287,21 +318,26 @@ def _meet(plan: LaunchPlan, listener: socket.socket | None, started: float,
 
 
 def _again(plan: LaunchPlan, code: int, listener: socket.socket | None, in_place: Path,
-           base: int) -> tuple[LaunchPlan, int]:
+           base: int) -> tuple[LaunchPlan, int, socket.socket | None]:
     """Restart this node's workers in process after the retryable ``code``: the
     launchers meet again and the workers start anew on the next restart count (resuming
-    from the newest checkpoint). (the plan, 0); or (the plan, ``code``) when the gang
-    did not meet again, and the container then restarts in place as it would have.
+    from the newest checkpoint). (the plan, 0, the socket this launcher hosts the store
+    on); or (the plan, ``code``, ...) when the gang did not meet again, and the container
+    then restarts in place as it would have.
     Node 0 of an elastic gang that stopped its workers at a step to admit newcomers
-    (``Said.grow``) leads the rendezvous at the larger size (``kdist.runtime.elastic``)."""
+    (``Said.grow``) leads the rendezvous at the larger size (``kdist.runtime.elastic``).
+    A survivor of the store's host (its store silent) meets the gang where the store moves
+    (``kdist.runtime.hostmove``), hosting it if it is the successor."""
     count = (plan.restart_count or 0) + 1
     why = _EXITING.sub("", Said.last)
     try:
-        if plan.tracks_members:  # back from a silence that cost this node its rank
+        # back from a silence that cost this node its rank (the host's store, silent,
+        # would say nothing: asked only where it still answers)
+        if plan.tracks_members and not (Said.host_lost and plan.store_moves):
             spares.probe(plan)
     except Fenced as e:
         _say(f"{e}; exiting {e.exit_code}")
-        return plan, e.exit_code
+        return plan, e.exit_code, listener
     meeting = dataclasses.replace(plan, restart_count=count)
     if Said.grow and plan.members is not None:  # node 0 leads the gang's re-form larger
         meeting = dataclasses.replace(meeting, members=(grown := elastic.grown(
@@ -310,19 +346,21 @@ def _again(plan: LaunchPlan, code: int, listener: socket.socket | None, in_place
     _say(in_process_line(count, plan.max_restarts, why, code))
     lost = [] if Said.lost_node is None else [Said.lost_node]
     try:
-        again = _meet(meeting, listener, time.monotonic(), lost, cause=why)
-        if meeting.members is not None and meeting.members != plan.members:
+        meeting, hosting, vacant = hostmove.find(meeting, Said.host_lost, _say)
+        listener = listener if hosting is None else hosting
+        again = _meet(meeting, listener, time.monotonic(), vacant or lost, cause=why)
+        if Said.grow and meeting.members is not None and meeting.members != plan.members:
             _say(elastic.grow_line(plan.members or meeting.members, meeting.members))
     except Fenced as e:
         _say(f"{e}; exiting {e.exit_code}")
-        return plan, e.exit_code
+        return plan, e.exit_code, listener
     except LaunchError as e:
         _say(f"{e}; exiting {code}: {exitcodes.describe(code)}")
-        return plan, code
+        return plan, code, listener
     if (again.restart_count or 0) > plan.max_restarts:  # the others used more than this node
-        return dataclasses.replace(plan, restart_count=plan.max_restarts), code
+        return dataclasses.replace(plan, restart_count=plan.max_restarts), code, listener
     restarts.note_restart(in_place, again.restart_count or 0, base)
-    return again, 0
+    return again, 0, listener
 
 
 if __name__ == "__main__":

@@ -7,18 +7,39 @@ started), and poll it. The gang's **members** are one record, kept in node 0's s
 (``MEMBERS``): a **generation**, bumped each time the gang re-forms with another slot
 holding a rank, and the slot that holds each rank.
 
-When the gang finds node R (not 0) lost (``kdist.runtime.heartbeat``), its survivors stop
+When the gang finds node R lost (``kdist.runtime.heartbeat``), its survivors stop
 their workers and meet again in process (``kdist.runtime.launch``); each says in that
 rendezvous that rank R is vacant (``VACANT``). A free spare sees it, claims rank R
-(``CLAIM``: an ``ADD`` in node 0's store, so one claimant wins, whether a spare or node R
-itself come back in time), joins as node R, and node 0 writes the new members, at the
-next generation, before it lets the gang go. The survivors resume from the newest
-checkpoint, as after any restart. Node 0's loss takes the store with it: its
-replacement pod is waited for, as without spares.
+(``CLAIM``: an ``ADD`` in the host's store, so one claimant wins, whether a spare or node
+R itself come back in time), joins as node R, and the host writes the new members, at
+the next generation, before it lets the gang go. The survivors resume from the newest
+checkpoint (kdist's DDP: from a survivor's memory), as after any restart.
+
+**The store's host** is one more field of the members (``host``: a node rank, 0 at the
+start): the launcher holding that rank serves the store on its own pod's address
+(``LaunchPlan.address_of``: the slot's stable DNS name; a port per slot in a local run).
+When the host itself is lost, the rule is (``kdist.runtime.hostmove``):
+
+- the **successor** is the lowest node rank other than the host (``candidates``, in that
+  order): a survivor that is the first candidate opens a store at its own address with
+  the members **moved** (the next generation, the same slots, ``host`` = its rank) and
+  leads the rendezvous there; a survivor further down the list looks for it, candidate by
+  candidate (each given twice ``nodeLossSeconds`` to answer; one that never does is passed
+  over, and the first candidate left hosts);
+- a store is accepted only with a generation newer than the one the launcher met at;
+  a spare, its store silent, asks every slot's address (the successors first) and follows
+  the newest generation it finds, so a store that answers at the old address (the old
+  host thawed) is ignored;
+- the lost host's rank is vacant, taken by a spare as any other rank.
 
 **Fencing**: a launcher that held a rank at an older generation and finds that rank held
 by another slot now (a frozen node thawed, a partition healed) exits ``FENCED`` (206) at
-once, touching neither the store's keys nor the checkpoints. A launcher that starts anew
+once, touching neither the store's keys nor the checkpoints. A launcher that hosted the
+store at an older generation is fenced by any newer one hosted elsewhere: before it leads
+a rendezvous again it asks the candidates' addresses, so a thawed host that sees everyone
+silent neither leads nor declares them lost (``kdist.runtime.hostmove.moved_away``).
+
+A launcher that starts anew
 in a slot whose rank a spare took (its pod replaced) becomes a spare itself. Pure logic
 here; the store protocol is in ``kdist.runtime.spares`` and ``kdist.runtime.rendezvous``.
 """
@@ -30,7 +51,8 @@ from dataclasses import dataclass
 from kdist.shared import exitcodes
 from kdist.shared.errors import LaunchError
 
-MEMBERS = "kdist/members"  # "generation:slot,slot,..." (the slot holding each node rank)
+#: "generation:slot,slot,...[;since,...][@host]" (the slot holding each node rank)
+MEMBERS = "kdist/members"
 VACANT = "kdist/rdzv/vacant/"  # + rank: a survivor says that rank's node is lost
 ANY_VACANT = "kdist/rdzv/vacant"  # set with any of them: one key for the spares to poll
 CLAIM = "kdist/rdzv/claim/"  # + rank: ADD 1 by each claimant; the first (1) holds it
@@ -56,6 +78,7 @@ class Members:
     generation: int
     slots: tuple[int, ...]
     since: tuple[int, ...] = ()
+    host: int = 0  # the node rank whose holder serves the store
 
     @classmethod
     def first(cls, nnodes: int) -> Members:
@@ -63,7 +86,8 @@ class Members:
 
     def encode(self) -> bytes:
         since = f";{','.join(map(str, self.since))}" if any(self.since) else ""
-        return f"{self.generation}:{','.join(map(str, self.slots))}{since}".encode()
+        host = f"@{self.host}" if self.host else ""
+        return f"{self.generation}:{','.join(map(str, self.slots))}{since}{host}".encode()
 
     @classmethod
     def decode(cls, raw: bytes, nnodes: int) -> Members | None:
@@ -71,17 +95,34 @@ class Members:
         elastic gang, ``kdist.runtime.elastic``, holds fewer ranks once it shrank)."""
         try:
             gen, _, rest = raw.decode("ascii").partition(":")
+            rest, at, hosted = rest.partition("@")
             slots, _, joined = rest.partition(";")
             parsed = tuple(int(s) for s in slots.split(","))
             since = tuple(int(s) for s in joined.split(",")) if joined else ()
-            generation = int(gen)
+            generation, host = int(gen), int(hosted) if at else 0
         except (UnicodeDecodeError, ValueError):
             return None
         if len(parsed) > nnodes or generation < 0 or min(parsed) < 0 or \
+                not 0 <= host < len(parsed) or \
                 (since and (len(since) != len(parsed) or min(since) < 0
                             or max(since) > generation)):
             return None
-        return cls(generation, parsed, since)
+        return cls(generation, parsed, since, host)
+
+    @property
+    def host_slot(self) -> int:
+        """The slot that serves the store."""
+        return self.slots[self.host]
+
+    def moved(self, host: int) -> Members:
+        """The members once the store moved to node rank ``host`` (its host was lost): the
+        next generation, every rank held as before."""
+        return Members(self.generation + 1, self.slots, self.since, host)
+
+    def candidates(self) -> list[int]:
+        """The node ranks that would host the store if its host were lost, in order: the
+        lowest first (``kdist.runtime.hostmove``)."""
+        return [rank for rank in range(len(self.slots)) if rank != self.host]
 
     def holder(self, rank: int) -> int | None:
         """The slot holding ``rank``, or None (an elastic gang shrank below it)."""
@@ -101,17 +142,20 @@ class Members:
         slots = tuple(joined.get(rank, slot) for rank, slot in enumerate(self.slots))
         # ``since`` as it was: a rank a spare took is held by another slot, which fences
         # its old holder already
-        return self if slots == self.slots else Members(self.generation + 1, slots, self.since)
+        return self if slots == self.slots else \
+            Members(self.generation + 1, slots, self.since, self.host)
 
 
-def fenced(held: int | None, rank: int, slot: int, current: Members | None) -> bool:
+def fenced(held: int | None, rank: int, slot: int, current: Members | None,
+           hosted: bool = False) -> bool:
     """Whether a launcher in ``slot`` that held ``rank`` at generation ``held`` (None: it
     held none yet, a fresh start) must stop: a newer generation gave the rank to another
-    slot, or (an elastic gang, ``kdist.runtime.elastic``) went on without this slot."""
-    if held is None or current is None:
+    slot, or (an elastic gang, ``kdist.runtime.elastic``) went on without this slot, or
+    (``hosted``: this launcher served the store then) moved the store to another rank."""
+    if held is None or current is None or current.generation <= held:
         return False
-    return current.generation > held and (current.holder(rank) != slot
-                                          or current.joined_at(rank) > held)
+    return (current.holder(rank) != slot or current.joined_at(rank) > held
+            or (hosted and current.host != rank))
 
 
 def start_role(slot: int, nnodes: int, current: Members | None) -> int | None:
@@ -129,7 +173,10 @@ def start_role(slot: int, nnodes: int, current: Members | None) -> int | None:
 
 def fence_line(slot: int, rank: int, held: int, current: Members) -> str:
     holder = current.holder(rank)
-    now = (f"a new pod in this slot holds it since generation {current.joined_at(rank)} (the "
+    now = (f"the store moved to node rank {current.host} (slot {current.host_slot}) while "
+           "this node, its host, was lost" if holder == slot and
+           current.joined_at(rank) <= held else
+           f"a new pod in this slot holds it since generation {current.joined_at(rank)} (the "
            "gang grew back while this one was lost)" if holder == slot else
            f"slot {holder} holds it (a spare took it, or the gang shrank and renumbered its "
            "nodes, while this node was lost)" if holder is not None else

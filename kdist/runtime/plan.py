@@ -7,6 +7,7 @@ operator-injected ``PET_*``/``RANK``/``MASTER_ADDR``) map onto one
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import socket
 import time
@@ -55,6 +56,13 @@ class LaunchPlan:
     # the node ranks it started with (None: nnodes; nnodes is the size it has now).
     min_nodes: int = 0
     max_nodes: int | None = None
+    # Where a slot hosts the store if it must move (kdist.runtime.hostmove): a template of
+    # its address (``{slot}``; None: the store never moves), whether each slot listens on
+    # a port of its own (master port + slot: a local run), and the master port as the
+    # job started with it (``master_addr``/``master_port`` follow the store's host).
+    slot_addr: str | None = None
+    slot_ports: bool = False
+    job_port: int | None = None
 
     @property
     def full_nodes(self) -> int:
@@ -76,6 +84,36 @@ class LaunchPlan:
     def home_slot(self) -> int:
         """This pod's slot: its completion index, whichever rank it holds."""
         return self.node_rank if self.slot is None else self.slot
+
+    @property
+    def hosts_store(self) -> bool:
+        """Whether this launcher serves the store: it holds the members' host rank (node
+        rank 0 until the store moves)."""
+        return self.node_rank == (0 if self.members is None else self.members.host)
+
+    @property
+    def store_moves(self) -> bool:
+        """Whether the survivors of a lost host move the store (warm spares or an elastic
+        gang, and a slot address to move it to) rather than wait for the host's
+        replacement."""
+        return self.tracks_members and self.slot_addr is not None
+
+    def address_of(self, slot: int) -> tuple[str, int]:
+        """Where ``slot`` serves the store when it hosts it."""
+        port = self.master_port if self.job_port is None else self.job_port
+        if self.slot_addr is None:
+            return self.master_addr, port
+        return self.slot_addr.replace("{slot}", str(slot)), port + (slot if self.slot_ports
+                                                                    else 0)
+
+    def at_host(self, members: Members) -> LaunchPlan:
+        """This plan with ``members``, its master the address of their host's slot."""
+        if self.slot_addr is None:
+            return dataclasses.replace(self, members=members)
+        addr, port = self.address_of(members.host_slot)
+        return dataclasses.replace(self, members=members, master_addr=addr, master_port=port,
+                                   job_port=self.master_port if self.job_port is None
+                                   else self.job_port)
 
     @property
     def is_spare(self) -> bool:
@@ -104,7 +142,8 @@ class LaunchPlan:
             E.NPROC_PER_NODE: str(self.nproc_per_node),
             E.NODE_RANK: str(self.node_rank),
             E.MASTER_ADDR: self.master_addr,
-            E.MASTER_PORT: str(self.master_port),
+            # the job's port, not the store's (kdist's DDP names its memory files by it)
+            E.MASTER_PORT: str(self.master_port if self.job_port is None else self.job_port),
             E.DIST_BACKEND: self.backend,
             E.MAX_RESTARTS: str(self.max_restarts),
             E.PG_TIMEOUT: str(self.pg_timeout_s),
@@ -238,7 +277,19 @@ def resolve_env(
         spares=spares,
         min_nodes=min_nodes if elastic else 0,
         max_nodes=nnodes if elastic else None,
+        slot_addr=_slot_addr(environ) if spares or elastic else None,
+        slot_ports=environ.get(E.SLOT_PORTS, "").strip() == "1",
     )
+
+
+def _slot_addr(environ: Mapping[str, str]) -> str | None:
+    found = _first(environ, E.SLOT_ADDR)
+    if found is None:
+        return None
+    if "{slot}" not in found[1] and environ.get(E.SLOT_PORTS, "").strip() != "1":
+        raise LaunchError(f"{found[0]}={found[1]!r} must contain {{slot}} (each slot's "
+                          "address), or every slot listen on a port of its own")
+    return found[1]
 
 
 def _restart_count(environ: Mapping[str, str]) -> int | None:

@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
-from kdist.runtime import elastic, spares
+from kdist.runtime import elastic, hostmove, spares
 from kdist.runtime.heartbeat import BEAT, ENDED
 from kdist.runtime.membership import MEMBERS, Members
 from kdist.runtime.plan import LaunchPlan
@@ -46,6 +46,9 @@ EXIT_BARRIER_S = 300.0  # torch's exit_barrier_timeout
 _POLL_S = 0.02
 #: how long node 0 waits for every node to have its GO before the port goes to rank 0
 RELEASE_S = 10.0
+#: how often a host waiting in its rendezvous asks whether the store moved away from it
+#: (``kdist.runtime.hostmove``: it was lost, and came back)
+MOVED_ASK_S = 2.0
 #: how long node 0 tries a master port in use again (``bind``)
 BIND_WAIT_S = 20.0
 _BIND_RETRY_S = 0.25
@@ -71,7 +74,7 @@ def bind(plan: LaunchPlan, wait_s: float = BIND_WAIT_S,
     local run, a pod whose container restarts) the last attempt's processes may
     still be letting go of it.
     """
-    if plan.node_rank != 0:
+    if not plan.hosts_store:
         return None
     allow_many_connections()  # a connection per node here, one per rank in rank 0's worker
     deadline = clock() + wait_s
@@ -149,6 +152,7 @@ def _origin(cause: str) -> bytes | None:
 def _lead(plan: LaunchPlan, listener: socket.socket, deadline: float,
           clock: Callable[[], float], count: int = 0,
           lost: Iterable[int] = (), cause: str = "") -> tuple[int, Members | None]:
+    begun = clock()
     server = MiniStore(listener).start()
     members = plan.members
     lost = list(lost)
@@ -161,7 +165,13 @@ def _lead(plan: LaunchPlan, listener: socket.socket, deadline: float,
             server.set(CAUSE_KEY, told)
         server.set(RESTART_KEY, str(count).encode())  # a node still running stops its workers
         server.add(JOINED, 1)
+        # A host back from a silence waits here for nodes that moved the store away: once
+        # this wait is longer than a re-form takes, it asks (each ask may wait a second)
+        asked = begun + plan.node_loss_s - MOVED_ASK_S
         while int(server.data.get(JOINED, b"0")) < plan.nnodes:
+            if plan.store_moves and clock() - asked >= MOVED_ASK_S:
+                asked = clock()
+                hostmove.moved_away(plan)
             if plan.elastic:
                 with server.lock:
                     smaller = elastic.lead_decides(dict(server.data), plan, lost, COUNT)

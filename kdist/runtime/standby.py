@@ -130,7 +130,7 @@ class Standbys:
         mine, theirs = socket.socketpair()
         env[entry.FD] = str(theirs.fileno())
         fds = [theirs.fileno()]
-        if self.listener_fd is not None and self.plan.global_ranks[local_rank] == 0:
+        if self.listener_fd is not None and local_rank == 0:
             fds.append(self.listener_fd)  # rank 0's worker serves the store on it
         out = os.open(early, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:

@@ -57,11 +57,11 @@ STORE_TIMEOUT_S = 5
 
 
 class MasterLost(NodeLost):
-    """The rendezvous store on node 0 stopped answering for ``nodeLossSeconds``: node 0
-    is lost, and the gang is broken."""
+    """The store stopped answering for ``nodeLossSeconds``: its host (node 0, until the
+    store moves) is lost, and the gang is broken."""
 
-    def __init__(self, why: str) -> None:
-        super().__init__(0, why)
+    def __init__(self, why: str, host: int = 0) -> None:
+        super().__init__(host, why)
 
 
 class RestartAsked(MasterLost):
@@ -97,7 +97,9 @@ class JobProgress:
         # timeout, so that a few tries fit in nodeLossSeconds).
         self._silence = StoreSilence(plan.node_loss_s)
         self._timeout = min(STORE_TIMEOUT_S, max(1.0, plan.node_loss_s / 3))
-        self.heartbeat = Heartbeat(plan.node_rank, plan.nnodes, plan.node_loss_s, clock=clock)
+        self.heartbeat = Heartbeat(plan.node_rank, plan.nnodes, plan.node_loss_s, clock=clock,
+                                   hosts=plan.hosts_store)
+        self.host = 0 if plan.members is None else plan.members.host
         # Node 0 of an elastic gang running smaller: told once of the newcomers that ask to
         # be admitted (``kdist.runtime.elastic``: it stops its workers at a step boundary).
         self.on_grow: Callable[[list[int]], None] | None = None
@@ -225,8 +227,8 @@ class JobProgress:
             silent = self._silence.failed(self.clock())
             if silent is not None:
                 where = f"{self.plan.master_addr}:{self.plan.master_port}"
-                raise MasterLost(f"{lost_line(0, silent)}: the master's store at {where} "
-                                 f"stopped answering ({e})") from e
+                raise MasterLost(f"{lost_line(self.host, silent)}: the master's store at "
+                                 f"{where} stopped answering ({e})", self.host) from e
             return self._total + mine - self._sent  # meanwhile, this node's own progress
         self._restart_asked()
         self._grow_asked()
@@ -304,6 +306,9 @@ class Watchdog:
         # The node found lost (not node 0's store gone, nor a restart asked): a vacancy
         # for a warm spare (kdist.runtime.spares).
         self.lost_node: int | None = None
+        # The store's host was found lost (its store silent): with spares, the survivors
+        # move the store (kdist.runtime.hostmove).
+        self.host_lost = False
         self._last = 0
         self._moved_at: float | None = None  # None until the first progress
         self._stop = threading.Event()
@@ -340,6 +345,7 @@ class Watchdog:
                 self.lost = True
                 if not isinstance(e, MasterLost):
                     self.lost_node = e.node
+                self.host_lost = type(e) is MasterLost
                 if self.on_lost is not None:
                     self.on_lost(str(e))
                 return

@@ -33,7 +33,8 @@ from kdist.shared import jsonread, processes
 
 ROLE = "trainer"
 SIGNALS_TO_HANDLE = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"  # torch's LaunchConfig default
-#: rank 0's worker: the fd of the listening master socket it serves the store on.
+#: the host's first worker (rank 0's until the store moves): the fd of the listening
+#: master socket it serves the store on.
 STORE_FD = "KDIST_STORE_FD"
 #: Beside a worker's error file, the sitehook's note that its script ended (and how).
 ENDED_SUFFIX = ".ended"
@@ -147,7 +148,7 @@ def start(plan: LaunchPlan, argv: Sequence[str], environ: Mapping[str, str], wor
         env = worker_env(plan, local_rank, environ, str(w.error_file))
         env[E.COLLECTIVE_COUNTS] = str(counts / str(local_rank))  # stacks.collectives
         fds: tuple[int, ...] = ()
-        if store_fd is not None and rank == 0:
+        if store_fd is not None and local_rank == 0:  # only the host has it
             env[STORE_FD], fds = str(store_fd), (store_fd,)
         warm = None if standbys is None else \
             standbys.take(local_rank, argv, env, str(pipe(local_rank)))

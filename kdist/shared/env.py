@@ -37,6 +37,13 @@ DEFAULT_NODE_LOSS_S = 10
 #: spec.distributed.spares, when set: pods (local node groups) of index >= KDIST_NNODES
 #: start as warm spares holding no rank (kdist.runtime.membership).
 SPARES = "KDIST_SPARES"
+#: With spares: each slot's address, ``{slot}`` standing for the slot (an Indexed Job pod's
+#: stable DNS name, ``<job>-{slot}.<job>``). Where node 0 is lost, the survivors move the
+#: store to another slot's address (kdist.runtime.hostmove); unset, it never moves.
+SLOT_ADDR = "KDIST_SLOT_ADDR"
+#: ``1`` (a local run, every node on one address): slot S's store listens on the master
+#: port + S, not the master port.
+SLOT_PORTS = "KDIST_SLOT_PORTS"
 #: spec.minNodes, when below spec.nodes: a gang that lost a node and has no spare for it
 #: goes on with the survivors, down to this many nodes (kdist.runtime.elastic).
 MIN_NODES = "KDIST_MIN_NODES"

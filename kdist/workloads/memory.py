@@ -100,9 +100,12 @@ def memory_copy(args: argparse.Namespace, d: Dist, model: nn.Module,
     (no launcher: nothing restarts it, and no job name keeps two such runs apart)."""
     if args.no_memory_copy or "MASTER_ADDR" not in os.environ:
         return None
-    # The port too: two local jobs of one name on one machine never share it.
+    # The port too: two local jobs of one name on one machine never share it. The job's
+    # port (KDIST_MASTER_PORT), not the store's: a store that moved to another node
+    # (kdist.runtime.hostmove) listens on another port in a local run.
     job = os.environ.get(E.JOB_NAME) or os.environ.get("TORCHELASTIC_RUN_ID", "kdist")
-    return MemoryCopy(args, d, model, opt, f"{job}-{os.environ['MASTER_PORT']}")
+    port = os.environ.get(E.MASTER_PORT) or os.environ["MASTER_PORT"]
+    return MemoryCopy(args, d, model, opt, f"{job}-{port}")
 
 
 class MemoryCopy:

@@ -69,16 +69,17 @@ def argv(steps: int = STEPS, every: int = 5) -> list[str]:
 
 
 def start(tmp: Path, loss_s: int = LOSS_S, nodes: int = NODES,
-          min_nodes: int = MIN_NODES, steps: int = STEPS, every: int = 5
-          ) -> subprocess.Popen[str]:
+          min_nodes: int = MIN_NODES, steps: int = STEPS, every: int = 5,
+          more: dict[str, str] | None = None) -> subprocess.Popen[str]:
     """`nodes` nodes restarting in process, elastic down to `min_nodes`, in a child process
-    that prints its ledger as JSON at the end (a checkpoint every `every` steps)."""
+    that prints its ledger as JSON at the end (a checkpoint every `every` steps); `more`:
+    variables every node gets besides."""
     from kdist.local import local_env
 
     extra = dict(KDIST_CHECKPOINT_DIR=str(tmp / "ckpt"), KDIST_TEST_ROOT=str(os.getpid()),
                  KDIST_NODE_LOSS_SECONDS=str(loss_s), KDIST_PG_TIMEOUT="120",
                  KDIST_MAX_RESTARTS="2", KDIST_RDZV_TIMEOUT="180",
-                 KDIST_MIN_NODES=str(min_nodes))
+                 KDIST_MIN_NODES=str(min_nodes), **(more or {}))
     port = free_port()
     envs = [{**local_env(node_env(nodes, 1, i, port, **extra)), "KDIST_RESTART_COUNT": "0",
              "KDIST_RESTART_DIR": str(tmp / f"restarts-{i}")} for i in range(nodes)]

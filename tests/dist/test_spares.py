@@ -42,13 +42,15 @@ ARGS = [*TINY, "--max-steps", str(STEPS), "--log-every", "1", "--checkpoint-ever
 ARGV = ["--module", "kdist.workloads.ddp", "--", *ARGS, "--step-delay", "0.1"]
 
 
-def node_envs(tmp: Path, spares: int, loss_s: int) -> list[dict[str, str]]:
-    """Each node's environment, as the runner gives it (less its restart variables)."""
+def node_envs(tmp: Path, spares: int, loss_s: int,
+              more: dict[str, str] | None = None) -> list[dict[str, str]]:
+    """Each node's environment, as the runner gives it (less its restart variables);
+    `more`: variables every node gets besides."""
     from kdist.local import local_env
 
     extra = dict(KDIST_CHECKPOINT_DIR=str(tmp / "ckpt"), KDIST_TEST_ROOT=str(os.getpid()),
                  KDIST_NODE_LOSS_SECONDS=str(loss_s), KDIST_PG_TIMEOUT="120",
-                 KDIST_MAX_RESTARTS="2", KDIST_RDZV_TIMEOUT="180")
+                 KDIST_MAX_RESTARTS="2", KDIST_RDZV_TIMEOUT="180", **(more or {}))
     if spares:
         extra["KDIST_SPARES"] = str(spares)
     port = free_port()
@@ -58,10 +60,12 @@ def node_envs(tmp: Path, spares: int, loss_s: int) -> list[dict[str, str]]:
 
 
 def start(tmp: Path, spares: int, loss_s: int = LOSS_S, fail_grace_s: float = 10.0,
-          argv: list[str] = ARGV) -> tuple[subprocess.Popen[str], list[dict[str, str]]]:
+          argv: list[str] = ARGV, more: dict[str, str] | None = None,
+          ) -> tuple[subprocess.Popen[str], list[dict[str, str]]]:
     """NODES ranks + `spares` spares restarting in process, in a child process that prints
-    its ledger as JSON at the end; and the nodes' environments. `argv`: the launcher's."""
-    envs = node_envs(tmp, spares, loss_s)
+    its ledger as JSON at the end; and the nodes' environments. `argv`: the launcher's;
+    `more`: variables every node gets besides."""
+    envs = node_envs(tmp, spares, loss_s, more)
     for env in envs:
         Path(env["KDIST_RESTART_DIR"]).mkdir()
     (tmp / "envs.json").write_text(json.dumps(envs))
@@ -88,11 +92,12 @@ def is_step(line: str, rank: int) -> bool:
 
 
 def drill(proc: subprocess.Popen[str], *, thaw_after: str,
-          on_lost: Callable[[list[int]], None] | None = None) -> tuple[list[str], float | None]:
-    """Freeze node 1 after a few of its steps; thaw it once a line containing `thaw_after`
-    came (`on_lost`: instead, hand its frozen groups to `on_lost` once the survivors found
-    it lost, and stop reading at the first resumed step). Returns the output read and the
-    seconds from the freeze to the first resumed step."""
+          on_lost: Callable[[list[int]], None] | None = None,
+          node: int = 1) -> tuple[list[str], float | None]:
+    """Freeze `node` after a few of node 1's steps; thaw it once a line containing
+    `thaw_after` came (`on_lost`: instead, hand its frozen groups to `on_lost` once the
+    survivors found it lost, and stop reading at the first resumed step). Returns the
+    output read and the seconds from the freeze to the first resumed step."""
     assert proc.stdout is not None
     lines: list[str] = []
     frozen_at = resumed = None
@@ -105,7 +110,7 @@ def drill(proc: subprocess.Popen[str], *, thaw_after: str,
             if frozen_at is None:
                 steps += is_step(line, 1)
                 if steps >= 8:  # a checkpoint at step 5 to resume from
-                    groups = freeze(launcher_of_node(os.getpid(), 1), signal.SIGSTOP)
+                    groups = freeze(launcher_of_node(os.getpid(), node), signal.SIGSTOP)
                     frozen_at = time.monotonic()
                 continue
             if resumed is None and '"event": "resume"' in line:

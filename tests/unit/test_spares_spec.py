@@ -50,12 +50,20 @@ def test_the_job_runs_nodes_plus_spares_pods_and_succeeds_on_nodes_of_them():
     env = {e["name"]: e.get("value") for e in
            spec["template"]["spec"]["containers"][0]["env"]}
     assert env["KDIST_SPARES"] == "1" and env["KDIST_NNODES"] == "2"
+    # each pod's stable DNS name through the headless Service: where the store moves when
+    # node 0 is lost (kdist.runtime.hostmove)
+    name = job["metadata"]["name"]
+    assert env["KDIST_SLOT_ADDR"] == f"{name}-{{slot}}.{service['metadata']['name']}"
+    assert spec["template"]["spec"]["subdomain"] == service["metadata"]["name"]
+    assert "KDIST_SLOT_PORTS" not in env  # a local run's only
     assert backends.of(job).nodes(job) == 2  # the watch counts node ranks, not spares
 
 
 def test_a_job_without_spares_renders_as_before():
     job, _ = render(_job())
     assert "successPolicy" not in job["spec"] and job["spec"]["completions"] == 2
+    env = {e["name"] for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert "KDIST_SLOT_ADDR" not in env
     rules = job["spec"]["podFailurePolicy"]["rules"]
     assert all(exitcodes.FENCED not in r.get("onExitCodes", {}).get("values", []) for r in rules)
 
@@ -64,3 +72,17 @@ def test_fenced_is_neither_a_failure_to_retry_nor_the_jobs_cause():
     assert not exitcodes.is_retryable(exitcodes.FENCED)
     assert exitcodes.severity(exitcodes.FENCED) > exitcodes.severity(exitcodes.PEER_LOST)
     assert "fenced" in exitcodes.describe(exitcodes.FENCED)
+
+
+def test_a_local_run_gives_each_node_a_port_of_its_own_for_the_store():
+    from kdist.local.runner import LOCAL_MASTER
+    from kdist.rendering import contract
+    from kdist.runtime.plan import resolve_env
+
+    job = _job(**WITH_SPARE)
+    env = contract.pod_env(job, node_rank=1, master_addr=LOCAL_MASTER, local=True,
+                           slot_addr=LOCAL_MASTER)
+    assert (env["KDIST_SLOT_ADDR"], env["KDIST_SLOT_PORTS"]) == (LOCAL_MASTER, "1")
+    plan = resolve_env({**env, "KDIST_DIST_BACKEND": "gloo"})
+    port = int(env["KDIST_MASTER_PORT"])
+    assert plan.store_moves and plan.address_of(1) == (LOCAL_MASTER, port + 1)
