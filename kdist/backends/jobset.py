@@ -63,6 +63,9 @@ class JobSetBackend(Backend):
     installs = "the JobSet controller"
     no_in_place_why = "the JobSet controller recreates its Jobs to restart"
     no_gang_why = "the JobSet controller makes the Jobs; Kueue admits a JobSet whole"
+    # Its one Job takes the Indexed Job's successPolicy and fenced rule; its launchers
+    # restart their workers in process though its containers never restart in place.
+    elastic = True
     terminal = {"Completed": SUCCEEDED, "Failed": FAILED}
     rbac = [{"apiGroups": [GROUP], "resources": [PLURAL], "verbs": [*TRAINING_VERBS]}]
     shape = {"spec": {"replicatedJobs": [{"name": str, "template": {
