@@ -13,7 +13,8 @@ a step boundary: the gang trains at 2 nodes again, no step lost, to the end. Its
 loss is compared with an uninterrupted run of the same seed (``LOSS_TOLERANCE``).
 
 Both backends that serve ``minNodes``: the jobset case skips where the cluster has no
-JobSet controller (the kind cluster has none: conftest's ``require_backend``).
+JobSet controller (the kind cluster installs none: conftest's ``require_backend``; it
+passed with JobSet v0.12 run on the host against the kind cluster).
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ ARGS = [*BASE_ARGS, "--step-delay", "0.25"]
 #: against the uninterrupted run's: within this fraction of it. kdist's DDP keeps the
 #: per-rank batch, so the steps at 1 node take half the global batch (until issue 55 slice
 #: 3 keeps it whole): locally (the same job, 2 -> 1 node at step 40, back to 2 at step 250)
-#: the final loss was 0.84 against 0.62 uninterrupted, +35%.
+#: the final loss was 0.84 against 0.62 uninterrupted, +35%; on kind 0.619 against 0.519.
 LOSS_TOLERANCE, FINAL_STEPS = 0.6, 50
 RESUME_GOAL_S = 20  # issue 55's goal, reported; the assertion's bound is generous
 RUN_TIMEOUT = 900
@@ -153,8 +154,8 @@ def test_an_elastic_job_goes_on_alone_when_a_node_stops_and_grows_back_when_it_r
         report(figures_)
         assert exitcodes.FENCED in fenced, fenced  # rank 1's old pod, back: fenced
         assert grow_lost == 0, figures_  # admitted at a step boundary, every rank saving it
-        # From the newest checkpoint (a state is resumed from memory only at the world
-        # size it was made at): at most one interval lost.
+        # 0 from rank 0's memory (measured, with a runtime that resumes from memory after
+        # a shrink); at most one interval from the newest checkpoint (one that does not).
         assert 0 <= shrink["steps_lost"] <= CKPT_EVERY, figures_
         # issue 55's goal is 20 s; asserted with a margin for a loaded 2-core machine
         assert shrink["seconds_fault_to_resumed_step"] <= 3 * RESUME_GOAL_S, figures_
