@@ -131,7 +131,10 @@ def _job(name: str, ns: str, volume: dict[str, Any], spares: int) -> Any:
     return validate_job({"apiVersion": "kdist/v1alpha1", "kind": "TrainingJob",
                          "metadata": {"name": name, "namespace": ns}, "spec": {
                              "image": benchkube.IMAGE, "nodes": 2, "procsPerNode": 1,
-                             "workload": {"module": "kdist.workloads.ddp", "args": STEPS_ARGS},
+                             # a directory of its own on the shared volume: a job must
+                             # not resume from the previous drill's checkpoints
+                             "workload": {"module": "kdist.workloads.ddp", "args": [
+                                 *STEPS_ARGS, "--checkpoint-dir", f"/checkpoints/{name}"]},
                              "distributed": distributed,
                              "checkpoint": {"path": "/checkpoints", "volume": volume},
                              "resources": {"cpu": "500m", "memory": "1Gi"}}})
