@@ -87,7 +87,7 @@ def test_a_spare_takes_the_rank_of_a_paused_node_which_is_fenced_when_it_returns
         assert done == {0: MAX_STEPS, 1: MAX_STEPS}, log
         assert "spare in slot 2 takes node rank 1" in log, log
         cost = figures(stream.records, fault_time)
-        fenced = _exit_codes(kube, namespace, name, index=1)
+        fenced = exit_codes(kube, namespace, name, index=1)
         report({"drill": "spare", "node_loss_s": LOSS_S, "fenced_exits": fenced,
                 "seconds_paused_to_resume": round(resumed_s, 1), **cost})
         assert exitcodes.FENCED in fenced, fenced  # rank 1's old pod, back: fenced
@@ -98,7 +98,7 @@ def test_a_spare_takes_the_rank_of_a_paused_node_which_is_fenced_when_it_returns
         wait_node(kube, victim.name, node_ready)
 
 
-def _exit_codes(kube: Kube, namespace: str, name: str, index: int) -> list[int]:
+def exit_codes(kube: Kube, namespace: str, name: str, index: int) -> list[int]:
     """The exit codes of the pytorch containers of the job's pods of `index`."""
     pods = kube.core.list_namespaced_pod(namespace, label_selector=L.selector_string(name),
                                          _request_timeout=REQUEST_TIMEOUT).items
