@@ -76,7 +76,16 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from kdist.runtime import elastic, rendezvous, restarts, spares, standby, torchcheck, worker_exec
+from kdist.runtime import (
+    elastic,
+    rendezvous,
+    restarts,
+    spares,
+    standby,
+    torchcheck,
+    warmstart,
+    worker_exec,
+)
 from kdist.runtime.agent import Said, run, say
 from kdist.runtime.failures import cause as _cause
 from kdist.runtime.failures import pick_failure
@@ -161,13 +170,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             counter = restarts.counter_path(plan)
         if counter is not None:
             plan = dataclasses.replace(plan, restart_count=restarts.take(counter))
-        # Before the rendezvous and the code's unpacking: they overlap the standbys'
-        # import of torch (kdist.runtime.standby). A spare has no rank to warm yet.
-        standbys = None if plan.is_spare else _standbys(plan, module, rest, listener, in_place)
         _say(_start_line(plan))
         code_dir = use_shipped_code(os.environ)  # spec.workdir: the workers start in it
         if code_dir is not None:
             _say(f"code {os.environ[E.CODE_SHA256][:12]} unpacked into {code_dir}")
+        # Before the rendezvous, which overlaps the standbys' import of torch
+        # (kdist.runtime.standby); after the code's unpacking, whose script tells whether
+        # an unasked first start may be warm. A spare has no rank to warm yet.
+        standbys = None if plan.is_spare else _standbys(plan, module, rest, listener, in_place)
         waited = wait_for_master(plan)
         if waited >= 1.0:
             _say(f"master {plan.master_addr}:{plan.master_port} answered after {waited:.1f}s")
@@ -217,22 +227,26 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _standbys(plan: LaunchPlan, module: str | None, rest: list[str],
               listener: socket.socket | None, in_place: Path | None) -> Standbys | None:
-    """This node's standby workers, started, when the pod asks for warm workers and they
-    can run its command; new ones follow handovers only where the launcher restarts its
-    workers itself."""
-    if not standby.asked(os.environ):
-        return None
+    """This node's standby workers, started: where the pod asks for warm workers and they
+    can run its command, or (unasked) where its first start may be warm
+    (``kdist.runtime.warmstart``). New ones follow handovers only where warm workers were
+    asked and the launcher restarts its workers itself."""
     argv = worker_exec.worker_argv(module, rest)
-    why = standby.cold_because(argv)
-    if why:
-        _say(f"warm workers: {why}; the workers start cold")
+    asked = standby.asked(os.environ)
+    if asked:
+        why = standby.cold_because(argv)
+        if why:
+            _say(f"warm workers: {why}; the workers start cold")
+            return None
+    elif standby.refused(os.environ) or not warmstart.first_start(argv, os.environ,
+                                                                   os.getcwd()):
         return None
     os.environ.update(plan.worker_env(os.environ, _cpu_count()))  # as the workers get it
-    refill = in_place is not None and plan.max_restarts > 0 and \
+    refill = asked and in_place is not None and plan.max_restarts > 0 and \
         os.environ.get(E.RESTART_WORKERS, "").strip() != "0"
     directory = Path(tempfile.mkdtemp(prefix=f"kdist-launch-{os.getpid()}-standby-"))
     return Standbys(plan, os.environ, directory, None if listener is None else listener.fileno(),
-                    refill=refill, say=_say).start_all()
+                    refill=refill, announce=asked, argv=argv, say=_say).start_all()
 
 
 def _start_line(plan: LaunchPlan) -> str:
