@@ -32,6 +32,7 @@ BENCHMARKS = {
     "fsdp": "bench.fsdp",
     "cluster": "bench.cluster",
     "restart": "bench.restart",
+    "warmcluster": "bench.warmcluster",
     "warm": "bench.warm",
     "workdir": "bench.workdir",
     "runtime": "bench.runtime",
