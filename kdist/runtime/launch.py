@@ -9,12 +9,14 @@ worker processes with what torchrun's agent would give them (``RANK``,
 
 The launcher does not import torch: each worker imports it once, and they all
 start at about the same moment, which is what a pod's start to its first step
-costs (issue 13). With warm workers (``spec.distributed.warmWorkers``) a standby per
-local rank imports it ahead, while the launcher meets the others, and becomes the
-worker (``kdist.runtime.standby``). The store torchrun's agent would host on the master port is
-served by rank 0's worker (``kdist.runtime.sitehook``) on the socket node 0's
-launcher bound first thing; the launchers talk to each other on that port in
-torch's store protocol (``kdist.runtime.store``, ``kdist.runtime.rendezvous``).
+costs (issue 13). A standby per local rank imports it ahead, while the launcher meets
+the others, and becomes the worker (``kdist.runtime.standby``): at the first start of a
+script that imports torch (``kdist.runtime.warmstart``), and with warm workers
+(``spec.distributed.warmWorkers``) after each restart in process too. The store
+torchrun's agent would host on the master port is served by rank 0's worker
+(``kdist.runtime.sitehook``) on the socket node 0's launcher bound first thing; the
+launchers talk to each other on that port in torch's store protocol
+(``kdist.runtime.store``, ``kdist.runtime.rendezvous``).
 
 Rendezvous: **static**, with the node rank taken from the pod
 (``KDIST_NODE_RANK`` = the Indexed Job's completion index, or the operator's
@@ -246,7 +248,8 @@ def _standbys(plan: LaunchPlan, module: str | None, rest: list[str],
         os.environ.get(E.RESTART_WORKERS, "").strip() != "0"
     directory = Path(tempfile.mkdtemp(prefix=f"kdist-launch-{os.getpid()}-standby-"))
     return Standbys(plan, os.environ, directory, None if listener is None else listener.fileno(),
-                    refill=refill, announce=asked, argv=argv, say=_say).start_all()
+                    refill=refill, announce=asked, argv=argv,
+                    preload=() if asked else warmstart.PRELOAD, say=_say).start_all()
 
 
 def _start_line(plan: LaunchPlan) -> str:

@@ -1,19 +1,22 @@
-"""Warm workers (``spec.distributed.warmWorkers``): a standby process per local rank.
+"""Warm workers (``spec.distributed.warmWorkers``, and every first start that
+``kdist.runtime.warmstart`` allows): a standby process per local rank.
 
-A worker's first second and more goes to importing torch. With warm workers on, the
-launcher starts one standby per local rank (``sitehook/_kdist_standby.py``): a Python
+A worker's first second and more goes to importing torch. The launcher starts one
+standby per local rank (``sitehook/_kdist_standby.py``): a Python
 that has imported torch, with kdist's sitehook in place, and waits on a socket. When
 the launcher starts a rank's worker it hands that rank's order (argv, environment, cwd,
 output pipe) to the standby, which becomes the worker; a cold start (a new process)
 is what every other case gets:
 
 - at the pod's first start the standbys import torch while the launcher meets the
-  other nodes (the rendezvous, the shipped code's unpacking): the first workers come
-  from them;
-- a new standby is started behind each one handed over, where the launcher restarts
-  its workers itself, once that rank's worker made progress (or ``REFILL_AFTER_S``
-  after it started): its import would otherwise compete with the new worker's first
-  step for the pod's CPU;
+  other nodes (the rendezvous): the first workers come from them;
+- with warm workers asked, a new standby is started behind each one handed over, where
+  the launcher restarts its workers itself, once that rank's worker made progress (or
+  ``REFILL_AFTER_S`` after it started): its import would otherwise compete with the new
+  worker's first step for the pod's CPU;
+- the standby is started with room in its command line and environment for the
+  worker's, which it writes over its own as it becomes the worker
+  (``_kdist_standby.retitle``): ``ps`` and ``/proc/PID/environ`` show a cold worker's;
 - a standby that died, or that has not answered ``ACK_S`` after its order (once it
   said it was ready), is killed and its rank starts cold; one that refuses the order
   (``_kdist_standby.refuse``) too;
@@ -115,8 +118,10 @@ class Standbys:
 
     def __init__(self, plan: LaunchPlan, environ: Mapping[str, str], directory: Path,
                  listener_fd: int | None, *, refill: bool, announce: bool = True,
-                 argv: Sequence[str] = (), say: Callable[[str], None]) -> None:
+                 argv: Sequence[str] = (), preload: Sequence[str] = (),
+                 say: Callable[[str], None]) -> None:
         self.plan, self.environ, self.directory = plan, environ, directory
+        self.preload = list(preload)  # what each imports ahead (() = _kdist_standby.PRELOAD)
         self.argv = list(argv)  # the workers' command: the standby's has room for it
         self.listener_fd, self.refill, self.say = listener_fd, refill, say
         # Whether the launcher says how many workers came warm (warm workers were asked;
@@ -140,6 +145,8 @@ class Standbys:
         early = self.directory / f"{local_rank}.early"
         env[entry.EARLY] = str(early)
         env[entry.ROOM] = "-" * self._env_room(local_rank, env)
+        if self.preload:
+            env[entry.PRELOAD_ENV] = ",".join(self.preload)
         mine, theirs = socket.socketpair()
         env[entry.FD] = str(theirs.fileno())
         fds = [theirs.fileno()]

@@ -35,6 +35,10 @@ TORCH_IMPORT = re.compile(
     r"|deepspeed|kdist)\b", re.M)
 #: What a script may use to change what torch reads as it is imported.
 ENVIRON = re.compile(r"\benviron\b|\bputenv\b")
+#: What such a standby imports ahead: torch alone (``torch._dynamo``, which DDP and every
+#: optimizer import, is the script's to import or not, as cold: its memory and its CPU
+#: are not spent on a script that does without).
+PRELOAD = ("torch",)
 #: The most of a script read to decide.
 MAX_SOURCE = 1 << 20
 OWN = "kdist."

@@ -39,6 +39,9 @@ ARGV = ["-u", "-c", "import _kdist_standby; _kdist_standby.main()"]
 #: import first, and what takes the time. torch._dynamo: DDP's constructor imports it
 #: (about as long again as torch itself).
 PRELOAD = ("torch", "torch.distributed", "torch.nn.parallel", "torch._dynamo")
+#: What the launcher asks a standby to import instead (comma-separated): a first start
+#: unasked imports torch alone, as the script will (``kdist.runtime.warmstart``).
+PRELOAD_ENV = "KDIST_STANDBY_PRELOAD"
 #: Read by the interpreter or by torch while they start: a worker whose value differs
 #: from this standby's starts cold.
 STARTUP = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "KDIST_PG_TIMEOUT", "USE_LIBUV",
@@ -298,13 +301,14 @@ def main() -> None:
     sock = socket.socket(fileno=int(os.environ.pop(FD)))
     early = os.environ.pop(EARLY, os.devnull)
     os.environ.pop(ROOM, None)
+    preload = [m for m in os.environ.pop(PRELOAD_ENV, "").split(",") if m] or PRELOAD
     launcher = os.getppid()
     _pdeathsig(signal.SIGKILL)
     if os.getppid() != launcher:  # it died before the line above
         os._exit(0)
     started = dict(os.environ)
     path = list(sys.path)
-    for name in PRELOAD:
+    for name in preload:
         importlib.import_module(name)
     sock.sendall(b"ready\n")
     _name(NAME)  # once ready: what a drill or an operator may wait for
