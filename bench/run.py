@@ -34,6 +34,7 @@ BENCHMARKS = {
     "restart": "bench.restart",
     "warmcluster": "bench.warmcluster",
     "warm": "bench.warm",
+    "firststart": "bench.firststart",
     "workdir": "bench.workdir",
     "runtime": "bench.runtime",
     "watch": "bench.watch",
