@@ -14,7 +14,7 @@ inPlace, ``maxRestarts: 2``, ``CPU`` per pod) three ways, interleaved:
 
 Once rank 0 has logged step 5, a worker of rank 1 is SIGKILLed inside its pod (as
 ``bench.restart`` does); the figure is the time from the kill to rank 0's first step of
-the next attempt (step 1 again, no checkpoint). Before the kill, rank 0's pod says where
+the next attempt (``bench.restart.Job.resumed``). Before the kill, rank 0's pod says where
 its first start went: pod created (``creationTimestamp``, 1 s resolution), container
 started (``startedAt``, 1 s), the launcher's first line and the first step line (the
 container runtime's timestamps). After the restart, rank 1's pod's memory: its working
@@ -161,8 +161,8 @@ def one_job(kc: str, ns: str, tmp: Path, name: str, mode: str,
         if said is None:
             raise BenchError(f"job {name}: no worker killed: {out!r}")
         killed = float(said.group(1))
-        first = job.until("resumed step of rank 0", lambda: next(
-            (t for t, s in job.steps(0) if s == 1 and t > killed), None), timeout=300)
+        first = job.until("resumed step of rank 0", lambda: job.resumed(0, killed),
+                          timeout=300)
         if mode == "warm":  # the standby behind the new worker, ready
             run_cmd([*on_victim, KILL, kill, "wait"], timeout=360)
         out = run_cmd([*on_victim, MEMORY], timeout=60).out
