@@ -1,10 +1,8 @@
 """How fast a gang comes back from a killed worker, restarting in place vs recreating.
 
 Each round submits the same DDP job (``kdist submit --no-wait``, ``maxRestarts: 2``)
-five ways, interleaved: 2 pods restarting in place (their launchers restart the
-workers in process), the same with ``warmWorkers`` (the new workers run in standbys
-that imported torch; the kill waits until they are ready), 2 pods whose containers
-restart in place
+four ways, interleaved: 2 pods restarting in place (their launchers restart the
+workers in process), 2 pods whose containers restart in place
 (``restartWorkers: false``), 2 pods recreated (``distributed.restartMode``), and 4
 pods in place. The containers-in-place job is killed twice: the second restart less
 the first is what the kubelet's crash-loop backoff costs (restarts in process meet
@@ -12,8 +10,9 @@ none). Once rank 0 has logged step 5, a worker of rank 1 is SIGKILLed inside its
 (``kubectl exec``; the killer prints the wall-clock time of the kill). The figure is
 the time from that kill to the first step line of rank 0's next attempt (its log's
 container-runtime timestamps, the same clock: the test cluster runs on this machine).
-No checkpoint volume: the next attempt starts again at step 1, which is how its first
-line is told from the old attempt's last.
+The next attempt's first line is the first step line after rank 0's launcher said it
+restarts its workers in process, or of a container started after the kill (no checkpoint
+volume, but the DDP workload resumes from a survivor's memory: not at step 1).
 """
 
 from __future__ import annotations
@@ -47,13 +46,14 @@ JOB = f"DDP, gloo, cpu {CPU} per pod, maxRestarts 2, a worker of rank 1 SIGKILLe
 IN_PLACE = f"restartMode inPlace, 2 pods ({JOB})"
 RECREATE = f"restartMode recreate, 2 pods ({JOB})"
 IN_PLACE_4 = f"restartMode inPlace, 4 pods ({JOB})"
-WARM = f"restartMode inPlace, warmWorkers, 2 pods ({JOB})"
 CONTAINER = f"restartMode inPlace, restartWorkers false, 2 pods ({JOB})"
 STRIKE_AT = 5
+#: A launcher's line as it restarts its workers in process (kdist.shared.ledger).
+RESTARTING = "kdist.launch: restarting this node's workers"
 # SIGKILL the workers (not the launcher, never a standby: a worker's stdout is its pipe to
 # the launcher, cold or warm alike); say when, on the node's (this machine's) clock. With
 # `warm`, first wait until the standby behind the worker is ready (a fault minutes into a
-# job finds it so). Then the pod's memory (its cgroup's, else its processes' RSS).
+# job finds it so); `warm wait` only waits (bench.warmcluster).
 KILL = ("import os, signal, sys, time\n"
         "pids = lambda: [int(p) for p in os.listdir('/proc') if p.isdigit()]\n"
         "def comm(p):\n"
@@ -69,17 +69,6 @@ KILL = ("import os, signal, sys, time\n"
         "    except OSError: continue\n"
         "    if '/pipes/' in out and comm(p) != 'kdist-standby':\n"
         "        os.kill(p, signal.SIGKILL); print('killed', time.time())\n")
-MEMORY = ("import os\n"
-          "try: print('memory', int(open('/sys/fs/cgroup/memory.current').read()))\n"
-          "except OSError:\n"
-          "    total = 0\n"
-          "    for p in filter(str.isdigit, os.listdir('/proc')):\n"
-          "        try: lines = open(f'/proc/{p}/status').read().splitlines()\n"
-          "        except OSError: continue\n"
-          "        rss = [x for x in lines if x.startswith('VmRSS:')]\n"
-          "        total += int(rss[0].split()[1]) * 1024 if rss else 0\n"
-          "    print('memory', total)\n")
-
 FIGURES = [
     Spec("restart.kill_to_resumed_s", "worker SIGKILL to first resumed step, in place", "s",
          IN_PLACE, "(absolute)", "<= 10", 10.0, higher_is_better=False),
@@ -97,14 +86,6 @@ FIGURES = [
          CONTAINER, "(absolute)"),
     Spec("restart.kill_to_resumed_4_vs_2", "kill to resumed in place: 4 pods / 2 pods", "x",
          IN_PLACE_4, IN_PLACE, "<= 1.2", 1.2, higher_is_better=False),
-    Spec("restart.warm_kill_to_resumed_s", "worker SIGKILL to first resumed step, warm workers",
-         "s", WARM, "(absolute)", "<= 3", 3.0, higher_is_better=False),
-    Spec("restart.warm_vs_cold", "kill to resumed in process: warm workers / cold", "x", WARM,
-         IN_PLACE),
-    Spec("restart.pod_memory_warm_mb", "memory of rank 1's pod, warm workers (a standby)", "MB",
-         WARM, "(absolute)"),
-    Spec("restart.pod_memory_cold_mb", "memory of rank 1's pod, cold workers", "MB", IN_PLACE,
-         "(absolute)"),
 ]
 
 
@@ -114,8 +95,6 @@ def _job(name: str, ns: str, nodes: int, mode: str) -> str:
     extra = ""
     if mode == "container":  # in place, but the launchers leave the restart to the kubelet
         mode, extra = "inPlace", ", restartWorkers: false"
-    if mode == "warm":
-        mode, extra = "inPlace", ", warmWorkers: true"
     fields = f"backend: gloo, maxRestarts: 2, restartMode: {mode}{extra}"
     return text.replace("distributed: {backend: gloo}", f"distributed: {{{fields}}}")
 
@@ -150,6 +129,27 @@ class Job:
                     continue
         return out
 
+    def resumed(self, rank: int, killed: float) -> float | None:
+        """The runtime timestamp of rank ``rank``'s first step line of the attempt after a
+        kill at ``killed`` (epoch seconds): the first after its launcher's line that it
+        restarts its workers in process, or in a container that started after the kill.
+        Not "step 1 again": the DDP workload resumes from a survivor's memory."""
+        pod = self.pod(rank)
+        if pod is None:
+            return None
+        done = run_cmd([*self.base, "logs", pod["metadata"]["name"], "-c", "pytorch",
+                        "--timestamps"], timeout=30, check=False)
+        lines = [(_stamp(stamp), text) for stamp, _, text in
+                 (line.partition(" ") for line in done.out.splitlines() if line.strip())] \
+            if done.rc == 0 else []
+        after = lines[0][0] > killed if lines else False  # a new container's log
+        for at, text in lines:
+            if at > killed and text.startswith(RESTARTING):
+                after = True
+            elif after and '"event": "step"' in text:
+                return at
+        return None
+
     def until(self, what: str, found: Any, timeout: float) -> Any:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -161,10 +161,9 @@ class Job:
 
 
 def _kill_to_resumed(kc: str, ns: str, tmp: Path, name: str, nodes: int, mode: str,
-                     kills: int = 1, memory: list[float] | None = None) -> list[float]:
+                     kills: int = 1) -> list[float]:
     """Seconds from each of ``kills`` SIGKILLs (each once the gang is at step STRIKE_AT
-    again) to rank 0's first step after it; rank 1's pod's memory (MB) then, into
-    ``memory``."""
+    again) to rank 0's first step after it."""
     path = tmp / f"{name}.yaml"
     path.write_text(_job(name, ns, nodes, mode))
     run_cmd([*_kdist_cli(), "--kubeconfig", kc, "-n", ns, "submit", str(path), "--no-wait"],
@@ -188,19 +187,9 @@ def _kill_to_resumed(kc: str, ns: str, tmp: Path, name: str, nodes: int, mode: s
             if said is None:
                 raise BenchError(f"job {name}: no worker killed: {out!r}")
             killed = float(said.group(1))
-            # the next attempt's first step: step 1 again (no checkpoint), after the kill
-            first = job.until("resumed step of rank 0", lambda k=killed: next(
-                (t for t, s in job.steps(0) if s == 1 and t > k), None), timeout=300)
+            first = job.until("resumed step of rank 0", lambda k=killed: job.resumed(0, k),
+                              timeout=300)
             took.append(float(first - killed))
-        if memory is not None:
-            victim = job.pod(1)
-            if victim is not None:
-                out = run_cmd([*job.base, "exec", victim["metadata"]["name"], "-c", "pytorch",
-                               "--", "python", "-c", MEMORY], timeout=60).out
-                said = re.search(r"^memory (\d+)$", out, re.M)
-                if said is None:
-                    raise BenchError(f"job {name}: no memory figure: {out!r}")
-                memory.append(int(said.group(1)) / 2**20)
         return took
     finally:
         run_cmd([*job.base, "delete", "job", name, "--wait=false"], timeout=60, check=False)
@@ -219,7 +208,6 @@ def run(ctx: Ctx) -> dict[str, Measured]:
 
         backoff: list[float] = []  # containers: the second kill's time less the first's
 
-        memory: dict[str, list[float]] = {"inPlace": [], "warm": []}
 
         def variant(nodes: int, mode: str) -> Any:
             kills = 2 if mode == "container" else 1
@@ -227,19 +215,18 @@ def run(ctx: Ctx) -> dict[str, Measured]:
             def once() -> float:
                 counter[0] += 1
                 took = _kill_to_resumed(kc, ns, Path(tmp), f"rs-{counter[0]}", nodes, mode,
-                                        kills, memory.get(mode) if nodes == 2 else None)
+                                        kills)
                 if kills == 2:
                     backoff.append(took[1] - took[0])
                 return took[0]
             return once
 
-        variants = {"inPlace": variant(2, "inPlace"), "warm": variant(2, "warm"),
-                    "container": variant(2, "container"), "recreate": variant(2, "recreate")}
+        variants = {"inPlace": variant(2, "inPlace"), "container": variant(2, "container"),
+                    "recreate": variant(2, "recreate")}
         if room_for_4:
             variants["inPlace4"] = variant(4, "inPlace")
         v = interleave(variants, ctx.rounds, ctx.say)
     r = ratios(v["inPlace"], v["recreate"])
-    w = ratios(v["warm"], v["inPlace"])
     c = ratios(v["inPlace"], v["container"])
     if room_for_4:
         q = ratios(v["inPlace4"], v["inPlace"])
@@ -257,9 +244,4 @@ def run(ctx: Ctx) -> dict[str, Measured]:
         "restart.crashloop_backoff_s": Measured(median(backoff), backoff,
                                                 "the same job's second kill less its first"),
         "restart.kill_to_resumed_4_vs_2": four,
-        "restart.warm_kill_to_resumed_s": Measured(median(v["warm"]), v["warm"]),
-        "restart.warm_vs_cold": Measured(median(w), w, f"{ctx.rounds} interleaved pairs"),
-        "restart.pod_memory_warm_mb": Measured(median(memory["warm"]), memory["warm"],
-                                               "after the restart, the new standby ready"),
-        "restart.pod_memory_cold_mb": Measured(median(memory["inPlace"]), memory["inPlace"]),
     }

@@ -20,6 +20,8 @@ import-linter contract), since it runs in the training image.
 - ``preemption``: SIGTERM -> every rank agrees to stop at the same step.
 - ``launch``: the launcher itself (argv, then the order of things): ``python -m kdist.launch``.
 - ``workdir``: a shipped workdir reassembled, checked and unpacked before the workers start.
+- ``standby``, ``warmstart``: a worker per local rank that imported torch ahead (warm
+  workers, and a first start that may be warm unasked).
 - ``sitehook``: a ``sitecustomize``: ``collectiveTimeoutSeconds`` as torch's default; rank 0
   serves the store.
 """

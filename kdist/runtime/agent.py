@@ -278,7 +278,7 @@ def run(plan: LaunchPlan, module: str | None, rest: list[str], *, prefix_lines: 
         W.start(plan, worker_exec.worker_argv(module, rest), environ, work, output.pipe,
                 None if listener is None else listener.fileno(), into=workers,
                 standbys=standbys)
-        if standbys is not None:
+        if standbys is not None and standbys.announce:
             warm = sum(w.warm for w in workers)
             say(f"{warm} of {len(workers)} worker(s) of node {plan.node_rank} started from "
                 f"their standbys (warm), {len(workers) - warm} cold")

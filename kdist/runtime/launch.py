@@ -9,12 +9,14 @@ worker processes with what torchrun's agent would give them (``RANK``,
 
 The launcher does not import torch: each worker imports it once, and they all
 start at about the same moment, which is what a pod's start to its first step
-costs (issue 13). With warm workers (``spec.distributed.warmWorkers``) a standby per
-local rank imports it ahead, while the launcher meets the others, and becomes the
-worker (``kdist.runtime.standby``). The store torchrun's agent would host on the master port is
-served by rank 0's worker (``kdist.runtime.sitehook``) on the socket node 0's
-launcher bound first thing; the launchers talk to each other on that port in
-torch's store protocol (``kdist.runtime.store``, ``kdist.runtime.rendezvous``).
+costs (issue 13). A standby per local rank imports it ahead, while the launcher meets
+the others, and becomes the worker (``kdist.runtime.standby``): at the first start of a
+script that imports torch (``kdist.runtime.warmstart``), and with warm workers
+(``spec.distributed.warmWorkers``) after each restart in process too. The store
+torchrun's agent would host on the master port is served by rank 0's worker
+(``kdist.runtime.sitehook``) on the socket node 0's launcher bound first thing; the
+launchers talk to each other on that port in torch's store protocol
+(``kdist.runtime.store``, ``kdist.runtime.rendezvous``).
 
 Rendezvous: **static**, with the node rank taken from the pod
 (``KDIST_NODE_RANK`` = the Indexed Job's completion index, or the operator's
@@ -84,6 +86,7 @@ from kdist.runtime import (
     spares,
     standby,
     torchcheck,
+    warmstart,
     worker_exec,
 )
 from kdist.runtime.agent import Said, run, say
@@ -170,13 +173,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             counter = restarts.counter_path(plan)
         if counter is not None:
             plan = dataclasses.replace(plan, restart_count=restarts.take(counter))
-        # Before the rendezvous and the code's unpacking: they overlap the standbys'
-        # import of torch (kdist.runtime.standby). A spare has no rank to warm yet.
-        standbys = None if plan.is_spare else _standbys(plan, module, rest, listener, in_place)
         _say(_start_line(plan))
         code_dir = use_shipped_code(os.environ)  # spec.workdir: the workers start in it
         if code_dir is not None:
             _say(f"code {os.environ[E.CODE_SHA256][:12]} unpacked into {code_dir}")
+        # Before the rendezvous, which overlaps the standbys' import of torch
+        # (kdist.runtime.standby); after the code's unpacking, whose script tells whether
+        # an unasked first start may be warm. A spare has no rank to warm yet.
+        standbys = None if plan.is_spare else _standbys(plan, module, rest, listener, in_place)
         waited = wait_for_master(plan)
         if waited >= 1.0:
             _say(f"master {plan.master_addr}:{plan.master_port} answered after {waited:.1f}s")
@@ -235,22 +239,27 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _standbys(plan: LaunchPlan, module: str | None, rest: list[str],
               listener: socket.socket | None, in_place: Path | None) -> Standbys | None:
-    """This node's standby workers, started, when the pod asks for warm workers and they
-    can run its command; new ones follow handovers only where the launcher restarts its
-    workers itself."""
-    if not standby.asked(os.environ):
-        return None
+    """This node's standby workers, started: where the pod asks for warm workers and they
+    can run its command, or (unasked) where its first start may be warm
+    (``kdist.runtime.warmstart``). New ones follow handovers only where warm workers were
+    asked and the launcher restarts its workers itself."""
     argv = worker_exec.worker_argv(module, rest)
-    why = standby.cold_because(argv)
-    if why:
-        _say(f"warm workers: {why}; the workers start cold")
+    asked = standby.asked(os.environ)
+    if asked:
+        why = standby.cold_because(argv)
+        if why:
+            _say(f"warm workers: {why}; the workers start cold")
+            return None
+    elif standby.refused(os.environ) or not warmstart.first_start(argv, os.environ,
+                                                                   os.getcwd()):
         return None
     os.environ.update(plan.worker_env(os.environ, _cpu_count()))  # as the workers get it
-    refill = in_place is not None and plan.max_restarts > 0 and \
+    refill = asked and in_place is not None and plan.max_restarts > 0 and \
         os.environ.get(E.RESTART_WORKERS, "").strip() != "0"
     directory = Path(tempfile.mkdtemp(prefix=f"kdist-launch-{os.getpid()}-standby-"))
     return Standbys(plan, os.environ, directory, None if listener is None else listener.fileno(),
-                    refill=refill, say=_say).start_all()
+                    refill=refill, announce=asked, argv=argv,
+                    preload=() if asked else warmstart.PRELOAD, say=_say).start_all()
 
 
 def _start_line(plan: LaunchPlan) -> str:

@@ -1,19 +1,22 @@
-"""Warm workers (``spec.distributed.warmWorkers``): a standby process per local rank.
+"""Warm workers (``spec.distributed.warmWorkers``, and every first start that
+``kdist.runtime.warmstart`` allows): a standby process per local rank.
 
-A worker's first second and more goes to importing torch. With warm workers on, the
-launcher starts one standby per local rank (``sitehook/_kdist_standby.py``): a Python
+A worker's first second and more goes to importing torch. The launcher starts one
+standby per local rank (``sitehook/_kdist_standby.py``): a Python
 that has imported torch, with kdist's sitehook in place, and waits on a socket. When
 the launcher starts a rank's worker it hands that rank's order (argv, environment, cwd,
 output pipe) to the standby, which becomes the worker; a cold start (a new process)
 is what every other case gets:
 
 - at the pod's first start the standbys import torch while the launcher meets the
-  other nodes (the rendezvous, the shipped code's unpacking): the first workers come
-  from them;
-- a new standby is started behind each one handed over, where the launcher restarts
-  its workers itself, once that rank's worker made progress (or ``REFILL_AFTER_S``
-  after it started): its import would otherwise compete with the new worker's first
-  step for the pod's CPU;
+  other nodes (the rendezvous): the first workers come from them;
+- with warm workers asked, a new standby is started behind each one handed over, where
+  the launcher restarts its workers itself, once that rank's worker made progress (or
+  ``REFILL_AFTER_S`` after it started): its import would otherwise compete with the new
+  worker's first step for the pod's CPU;
+- the standby is started with room in its command line and environment for the
+  worker's, which it writes over its own as it becomes the worker
+  (``_kdist_standby.retitle``): ``ps`` and ``/proc/PID/environ`` show a cold worker's;
 - a standby that died, or that has not answered ``ACK_S`` after its order (once it
   said it was ready), is killed and its rank starts cold; one that refuses the order
   (``_kdist_standby.refuse``) too;
@@ -48,12 +51,20 @@ ACK_S = 5.0
 #: After a handover, when the new standby behind it starts at the latest (see the
 #: module's doc).
 REFILL_AFTER_S = 10.0
-ARGV = [sys.executable, "-u", "-c", "import _kdist_standby; _kdist_standby.main()"]
+#: What the worker's environment may hold beyond what the standby's was sized for (the
+#: rank's variables are counted; paths of the launcher's directories may grow).
+ENV_MARGIN = 4096
 
 
 def asked(environ: Mapping[str, str]) -> bool:
     """Whether this pod asks for warm workers (``KDIST_WARM_WORKERS=1``)."""
     return environ.get(E.WARM_WORKERS, "").strip() == "1"
+
+
+def refused(environ: Mapping[str, str]) -> bool:
+    """Whether this pod wants no standby at all, not even for its first start
+    (``KDIST_WARM_WORKERS=0``; unset: ``kdist.runtime.warmstart`` decides)."""
+    return environ.get(E.WARM_WORKERS, "").strip() == "0"
 
 
 def cold_because(argv: Sequence[str]) -> str:
@@ -106,10 +117,16 @@ class Standbys:
     """This node's standbys, one per local rank, across the restarts in process."""
 
     def __init__(self, plan: LaunchPlan, environ: Mapping[str, str], directory: Path,
-                 listener_fd: int | None, *, refill: bool,
+                 listener_fd: int | None, *, refill: bool, announce: bool = True,
+                 argv: Sequence[str] = (), preload: Sequence[str] = (),
                  say: Callable[[str], None]) -> None:
         self.plan, self.environ, self.directory = plan, environ, directory
+        self.preload = list(preload)  # what each imports ahead (() = _kdist_standby.PRELOAD)
+        self.argv = list(argv)  # the workers' command: the standby's has room for it
         self.listener_fd, self.refill, self.say = listener_fd, refill, say
+        # Whether the launcher says how many workers came warm (warm workers were asked;
+        # an unasked first start says only why a rank started cold).
+        self.announce = announce
         self.waiting: dict[int, Standby] = {}
         self.handed: dict[int, float] = {}  # local rank -> when its standby was handed over
         directory.mkdir(parents=True, exist_ok=True)
@@ -127,6 +144,9 @@ class Standbys:
         worker_exec.prepare(env)
         early = self.directory / f"{local_rank}.early"
         env[entry.EARLY] = str(early)
+        env[entry.ROOM] = "-" * self._env_room(local_rank, env)
+        if self.preload:
+            env[entry.PRELOAD_ENV] = ",".join(self.preload)
         mine, theirs = socket.socketpair()
         env[entry.FD] = str(theirs.fileno())
         fds = [theirs.fileno()]
@@ -134,7 +154,8 @@ class Standbys:
             fds.append(self.listener_fd)  # rank 0's worker serves the store on it
         out = os.open(early, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
-            proc = subprocess.Popen(ARGV, env=env, stdout=out, stderr=out,
+            argv = [sys.executable, *entry.ARGV, entry.argv_room(self.argv)]
+            proc = subprocess.Popen(argv, env=env, stdout=out, stderr=out,
                                     start_new_session=True, pass_fds=fds)
         except OSError as e:
             mine.close()
@@ -144,6 +165,13 @@ class Standbys:
             os.close(out)
             theirs.close()
         self.waiting[local_rank] = Standby(local_rank, proc, mine, time.monotonic())
+
+    def _env_room(self, local_rank: int, env: Mapping[str, str]) -> int:
+        """How much larger than ``env`` the rank's worker's environment may be."""
+        def size(e: Mapping[str, str]) -> int:
+            return sum(len(os.fsencode(k)) + len(os.fsencode(v)) + 2 for k, v in e.items())
+        worker = W.worker_env(self.plan, local_rank, self.environ, str(self.directory))
+        return max(0, size(worker) - size(env)) + ENV_MARGIN
 
     def take(self, local_rank: int, argv: Sequence[str], env: Mapping[str, str],
              pipe: str) -> subprocess.Popen[bytes] | None:

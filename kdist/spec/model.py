@@ -123,11 +123,16 @@ class Distributed(_Model):
         "cut off from a peer, while every pod is still there, is restarted by the launchers "
         "themselves across the gang (no container restarted); false = the containers restart.")
     warm_workers: StrictBool = Field(
-        default=False, description="A standby process per local rank that has already "
-        "imported torch becomes the rank's next worker: at the pod's first start (the "
-        "import overlaps the rendezvous) and after each restart in process (a new standby "
-        "follows). Costs a Python with torch's memory per local rank (about 370 MB); a "
-        "standby that died or hung falls back to a cold start. Python commands only.")
+        default=False, description="Keep a standby process per local rank that has already "
+        "imported torch, which becomes the rank's next worker after a restart in process "
+        "(a new standby follows it), and the first workers of any Python command. Costs a "
+        "Python with torch's memory per local rank for the job's life; a standby that died "
+        "or hung falls back to a cold start.")
+    warm_start: StrictBool = Field(
+        default=True, description="The first workers of a script that imports torch start "
+        "from processes that imported it while the launcher met the other nodes (kept for "
+        "nothing after); false = they start cold, torch not imported before the script's "
+        "first line.")
     gang: Literal["auto", "native", "none"] = Field(default="auto", description=C.GANG_DOC)
     rendezvous_timeout_seconds: Annotated[StrictInt, Field(ge=1, le=86400)] = Field(
         default=E.DEFAULT_RDZV_TIMEOUT_S, description="How long a node waits for the others to "
@@ -154,6 +159,13 @@ class Distributed(_Model):
     socket_interface: str | None = Field(default=None, description="The interface(s) NCCL and gloo "
                                          "use (NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME) unless "
                                          "spec.env sets them; for hostNetwork, Multus.")
+
+    @model_validator(mode="after")
+    def _warm(self) -> Distributed:
+        if self.warm_workers and not self.warm_start:
+            raise ValueError("warmStart: false contradicts warmWorkers: true (warm workers "
+                             "start from standbys, the first ones too)")
+        return self
 
     @field_validator("socket_interface")
     @classmethod

@@ -1,7 +1,10 @@
 """A script run by a standby (warm) sees what it sees cold: argv, ``__main__``,
 ``sys.path``, the environment, cwd, signal dispositions, its process group, and ends with
 the same exit code and traceback; for ``python script.py``, ``python -m module`` and
-``python -c code`` alike. Each run: the real launcher, one node, one worker."""
+``python -c code`` alike; and what ``ps``, ``pgrep -f`` and ``/proc/PID/environ`` show of
+it. Unasked (no ``KDIST_WARM_WORKERS``), a script that imports torch starts warm, one that
+does not cold (``kdist.runtime.warmstart``). Each run: the real launcher, one node, one
+worker."""
 
 from __future__ import annotations
 
@@ -17,7 +20,10 @@ from disttools import run_job
 ROOT = Path(__file__).resolve().parents[2]  # this checkout's kdist, before an installed one
 
 PROBE = textwrap.dedent("""
-    import json, os, signal, stat, sys
+    import sys
+    preloaded = "torch" in sys.modules  # the one difference: torch imported before line 1
+    # (torch)
+    import json, os, signal, stat
     import __main__
     names = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGPIPE", "SIGUSR1", "SIGCHLD")
     skip = ("MASTER_PORT", "KDIST_MASTER_PORT", "KDIST_WARM_WORKERS")
@@ -35,7 +41,16 @@ PROBE = textwrap.dedent("""
         "stdout_fifo": stat.S_ISFIFO(os.fstat(1).st_mode),
         "same_out": os.fstat(1).st_ino == os.fstat(2).st_ino,
         "unbuffered": sys.stdout.write_through, "comm": open("/proc/self/comm").read().strip(),
+        # what ps, pgrep -f and a look at /proc/PID/environ find (the zeros a warm worker's
+        # blocks end with left out: no program reads them as an argument or a variable)
+        "proc_cmdline": [a.decode() for a in open("/proc/self/cmdline", "rb").read().split(b"\\0")
+                         if a],
+        "proc_environ": {k: re.sub(r"kdist-launch-[0-9]+-[^/]+|kdist-memory-[^/]+", "WORK", v)
+                         for k, _, v in (a.decode().partition("=") for a in
+                                         open("/proc/self/environ", "rb").read().split(b"\\0")
+                                         if a) if k not in skip},
     }
+    print("PRELOADED", preloaded, flush=True)
     print("VIEW " + json.dumps(view, sort_keys=True), flush=True)
     end = os.environ.get("END", "ok")
     if end == "exit3":
@@ -45,19 +60,29 @@ PROBE = textwrap.dedent("""
             raise ValueError("boom")
         inner()
 """).replace("import json, os", "import json, os, re", 1)
+assert "# (torch)" in PROBE
 
 
-def _views(tmp_path: Path, argv: list[str], warm: bool, **extra: str) -> tuple[int, dict, list]:
-    run = run_job(argv, cwd=tmp_path, KDIST_WARM_WORKERS="1" if warm else "0",
-                  PYTHONPATH=os.pathsep.join((str(tmp_path), str(ROOT))), **extra)
+def _views(tmp_path: Path, argv: list[str], warm: str, **extra: str) -> tuple[int, dict, list]:
+    """warm: KDIST_WARM_WORKERS ("" unset: the launcher decides the first start)."""
+    run = run_job(argv, cwd=tmp_path, PYTHONPATH=os.pathsep.join((str(tmp_path), str(ROOT))),
+                  **({"KDIST_WARM_WORKERS": warm} if warm else {}), **extra)
     said = [line for line in run.lines if "started from their standbys" in line]
-    assert said == ([f"[node 0] kdist.launch: {int(warm)} of 1 worker(s) of node 0 started "
-                     f"from their standbys (warm), {1 - int(warm)} cold"] if warm else []), run.text
+    assert said == (["[node 0] kdist.launch: 1 of 1 worker(s) of node 0 started from their "
+                     "standbys (warm), 0 cold"] if warm == "1" else []), run.text
     views = [json.loads(line.split("VIEW ", 1)[1]) for line in run.lines if "VIEW " in line]
     assert len(views) == 1, run.text
+    views[0]["preloaded"] = "[rank 0] PRELOADED True" in run.lines
     trace = [re.sub(r"pid \\d+", "pid N", line) for line in run.lines
-             if line.startswith("[rank 0] ") and "VIEW " not in line]
+             if line.startswith("[rank 0] ") and "VIEW " not in line and "PRELOADED" not in line]
     return run.code, views[0], trace
+
+
+def _same(warm: dict, cold: dict) -> None:
+    assert warm.pop("preloaded") and not cold.pop("preloaded")
+    for key in cold:
+        assert warm[key] == cold[key], f"{key}:\n warm {warm[key]}\n cold {cold[key]}"
+    assert warm == cold
 
 
 @pytest.fixture
@@ -73,22 +98,37 @@ def test_a_warm_worker_sees_what_a_cold_one_sees(tmp_path, probe, how):
     argv = {"script": ["--", "python", "sub/probe.py", "a", "-m", "b"],
             "module": ["--module", "sub.probe", "--", "a", "-m", "b"],
             "code": ["--", "python", "-c", PROBE, "a", "-m", "b"]}[how]
-    cold = _views(tmp_path, argv, warm=False)
-    warm = _views(tmp_path, argv, warm=True)
+    cold = _views(tmp_path, argv, warm="0")
+    warm = _views(tmp_path, argv, warm="1")
     assert warm[0] == cold[0] == 0
-    for key in cold[1]:
-        assert warm[1][key] == cold[1][key], f"{key}:\n warm {warm[1][key]}\n cold {cold[1][key]}"
-    assert warm[1] == cold[1]
+    _same(warm[1], cold[1])
 
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize(("end", "code"), [("exit3", 3), ("raise", 1)])
 def test_a_warm_worker_ends_as_a_cold_one(tmp_path, probe, end, code):
     argv = ["--", "python", "sub/probe.py"]
-    cold = _views(tmp_path, argv, warm=False, END=end)
-    warm = _views(tmp_path, argv, warm=True, END=end)
+    cold = _views(tmp_path, argv, warm="0", END=end)
+    warm = _views(tmp_path, argv, warm="1", END=end)
     assert warm[0] == cold[0] == code
     assert warm[2] == cold[2]  # the traceback, line for line: no standby frame in it
     if end == "raise":
         assert cold[2][-1] == "[rank 0] ValueError: boom", cold[2]
         assert not [line for line in warm[2] if "_kdist_standby" in line or "runpy" in line]
+
+
+@pytest.mark.timeout(300)
+def test_unasked_a_script_that_imports_torch_starts_warm_and_sees_what_it_sees_cold(tmp_path):
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "probe.py").write_text(PROBE.replace("# (torch)", "import torch"))
+    argv = ["--", "python", "sub/probe.py", "a"]
+    cold = _views(tmp_path, argv, warm="0")
+    first = _views(tmp_path, argv, warm="")
+    assert first[0] == cold[0] == 0
+    _same(first[1], cold[1])
+
+
+@pytest.mark.timeout(300)
+def test_unasked_a_script_without_torch_starts_cold(tmp_path, probe):
+    code, view, _ = _views(tmp_path, ["--", "python", "sub/probe.py"], warm="")
+    assert code == 0 and not view["preloaded"]

@@ -168,3 +168,56 @@ def test_a_sigterm_stops_the_warm_worker_and_leaves_no_standby(tmp_path):
     assert proc.returncode == 143, text
     assert "exited with code 7" in text or "stopped by SIGTERM; exiting 143" in text, text
     assert _standbys_of(job) == [], text
+
+
+# Unasked: a script that imports torch first starts warm (torch in sys.modules at its first
+# line), keeps no standby behind it, and its restart in process starts cold.
+UNASKED = textwrap.dedent("""
+    import sys
+    preloaded = "torch" in sys.modules
+    import os, signal, time
+    import torch, torch.distributed as dist
+    from kdist.workloads.common import init_distributed
+
+    def standbys():
+        found = 0
+        for p in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                stat = open(f"/proc/{p}/stat").read()
+                comm = open(f"/proc/{p}/comm").read().strip()
+            except OSError:
+                continue
+            found += comm == "kdist-standby" and \\
+                int(stat.rsplit(")", 1)[1].split()[1]) == os.getppid()
+        return found
+
+    d = init_distributed()
+    restart = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
+    t = torch.ones(4)
+    for step in range(6):
+        if step == 2:
+            print("restart", restart, "preloaded", preloaded, "standbys", standbys(), flush=True)
+        if d.rank == 1 and step == 3 and restart == 0:
+            os.kill(os.getpid(), signal.SIGKILL)
+        dist.all_reduce(t)
+        time.sleep(0.01)
+    print("done", restart, flush=True)
+""")
+
+
+@pytest.mark.timeout(240)
+def test_unasked_the_first_start_is_warm_and_keeps_no_standby(tmp_path):
+    port = free_port()
+    envs = []
+    for node in range(2):
+        directory = tmp_path / f"pod-{node}"
+        directory.mkdir()
+        envs.append(node_env(2, 1, node, port, KDIST_RESTART_DIR=str(directory),
+                             KDIST_MAX_RESTARTS="1"))
+    run = run_envs(["--", "python", "-c", UNASKED], envs)
+    assert run.code == 0, run.text
+    assert sum(line.endswith("done 1") for line in run.lines) == 2, run.text
+    said = sorted(line.split("] ", 1)[1] for line in run.lines if "preloaded" in line)
+    assert said == ["restart 0 preloaded True standbys 0"] * 2 + \
+        ["restart 1 preloaded False standbys 0"] * 2, run.text
+    assert not [line for line in run.lines if "standby" in line and "kdist.launch" in line]

@@ -139,3 +139,35 @@ def test_new_standbys_follow_once_the_worker_made_progress_or_at_the_latest(tmp_
     sbs.tick(lambda i: True, now=1e9)
     assert started == [1, 0]  # no restart in process to come: none
     theirs.close()
+
+
+def test_a_standby_starts_with_room_for_its_workers_command_line_and_environment(
+        tmp_path, monkeypatch):
+    """Its command line is as long as the worker's, its environment has room for the rank's
+    variables (``_kdist_standby.retitle``), and an unasked one imports torch alone."""
+    plan = resolve_env({"KDIST_JOB_NAME": "j", "KDIST_NNODES": "1", "KDIST_NPROC_PER_NODE": "1",
+                        "KDIST_NODE_RANK": "0", "KDIST_MASTER_ADDR": "127.0.0.1"})
+    started: list[tuple[list[str], dict[str, str]]] = []
+
+    class Popen:
+        def __init__(self, argv, env, **kwargs):
+            started.append((argv, env))
+            self.pid, self.returncode = 1 << 30, None  # no such pid: kill() finds nothing
+
+        def wait(self) -> int:
+            return 0
+
+    monkeypatch.setattr(S.subprocess, "Popen", Popen)
+    worker = [PY, "-u", "-m", "kdist.workloads.ddp", "--max-steps", "100", "--batch-size", "16",
+              "--dataset-size", "2048"]
+    for preload in ((), ("torch",)):
+        S.Standbys(plan, {"HOME": "/h"}, tmp_path / "sb", None, refill=False, argv=worker,
+                   preload=preload, say=print).start_all().close()
+    (argv, env), (_, unasked) = started
+    assert argv[:len(entry.ARGV) + 1] == [PY, *entry.ARGV]
+    assert len(b"\0".join(map(os.fsencode, argv))) == len(b"\0".join(map(os.fsencode, worker)))
+    worker_env = S.W.worker_env(plan, 0, {"HOME": "/h"}, "/tmp/kdist-launch-1-x/errors/0.json")
+    grows = sum(len(k) + len(v) + 2 for k, v in worker_env.items()) - \
+        sum(len(k) + len(v) + 2 for k, v in env.items() if k != entry.ROOM)
+    assert len(env[entry.ROOM]) >= grows + S.ENV_MARGIN // 2
+    assert entry.PRELOAD_ENV not in env and unasked[entry.PRELOAD_ENV] == "torch"

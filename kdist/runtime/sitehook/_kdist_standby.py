@@ -30,10 +30,18 @@ from typing import Any
 FD = "KDIST_STANDBY_FD"
 #: The file the standby's own output goes to until it is a worker (replayed into its pipe).
 EARLY = "KDIST_STANDBY_EARLY"
+#: Room the launcher leaves in the standby's environment block (``/proc/PID/environ``) for
+#: the worker's larger one; its command line has room for the worker's (``argv_room``).
+ROOM = "KDIST_STANDBY_ROOM"
+#: How the launcher starts a standby: ``ARGV + [argv_room(worker's argv)]``.
+ARGV = ["-u", "-c", "import _kdist_standby; _kdist_standby.main()"]
 #: What a standby imports while it waits: what every kdist worker and most scripts
 #: import first, and what takes the time. torch._dynamo: DDP's constructor imports it
 #: (about as long again as torch itself).
 PRELOAD = ("torch", "torch.distributed", "torch.nn.parallel", "torch._dynamo")
+#: What the launcher asks a standby to import instead (comma-separated): a first start
+#: unasked imports torch alone, as the script will (``kdist.runtime.warmstart``).
+PRELOAD_ENV = "KDIST_STANDBY_PRELOAD"
 #: Read by the interpreter or by torch while they start: a worker whose value differs
 #: from this standby's starts cold.
 STARTUP = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "KDIST_PG_TIMEOUT", "USE_LIBUV",
@@ -74,6 +82,73 @@ def _pdeathsig(sig: int) -> None:
 
 def _name(name: str) -> None:
     _prctl(_PR_SET_NAME, name.encode()[:15])
+
+
+def argv_room(worker: list[str], executable: str = sys.executable) -> str:
+    """The last argument of a standby's command line, sized so that its command line
+    (``/proc/PID/cmdline``) takes the worker's exactly where it can (``retitle``)."""
+    need = sum(len(os.fsencode(a)) + 1 for a in worker)
+    have = sum(len(os.fsencode(a)) + 1 for a in [executable, *ARGV]) + 1
+    return "-" * max(0, need - have)
+
+
+def _regions() -> tuple[int, int, int, int] | None:
+    """Where this process's command line and environment block are (what the kernel shows
+    as ``/proc/PID/cmdline`` and ``environ``): arg_start, arg_end, env_start, env_end."""
+    try:
+        with open("/proc/self/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        start, end, env_start, env_end = (int(x) for x in fields[45:49])  # 48-51 of proc(5)
+    except (OSError, ValueError):
+        return None
+    found = (start, end, env_start, env_end)
+    return found if all(found) else None
+
+
+def _blocks(order: dict[str, Any]) -> tuple[bytes, bytes]:
+    args = b"".join(os.fsencode(a) + b"\0" for a in order["argv"])
+    env = b"".join(os.fsencode(k) + b"=" + os.fsencode(v) + b"\0"
+                   for k, v in order["env"].items())
+    return args, env
+
+
+def no_room(order: dict[str, Any]) -> str:
+    """Why the worker's command line or environment cannot show in this process's ("" when
+    they can, or where the kernel does not say where they are)."""
+    where = _regions()
+    if where is None:
+        return ""
+    args, env = _blocks(order)
+    if len(args) > where[1] - where[0]:
+        return "its command line is longer than the standby's"
+    if len(env) > where[3] - where[2]:
+        return "its environment is larger than the room the standby has for it"
+    return ""
+
+
+def retitle(order: dict[str, Any]) -> None:
+    """Show the worker's command line and environment as this process's, as a cold worker
+    shows them (``ps``, ``pgrep -f``, ``/proc/PID/environ``): written over the standby's
+    own, which nothing reads any more (Python keeps copies; the C environment was emptied
+    first, ``_clear_c_environ``). What is left of either block is zeros."""
+    import ctypes
+
+    where = _regions()
+    if where is None:
+        return
+    for block, start, end in zip(_blocks(order), where[0::2], where[1::2], strict=True):
+        ctypes.memmove(start, block.ljust(end - start, b"\0"), end - start)
+
+
+def _clear_c_environ() -> None:
+    """The C library's environment emptied (its array pointed into the block ``retitle``
+    overwrites); ``os.environ``'s next assignments fill it anew."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).clearenv()
+    except (OSError, AttributeError):
+        pass
 
 
 def _read_line(sock: socket.socket) -> bytes:
@@ -128,7 +203,9 @@ def become(order: dict[str, Any], started: dict[str, str], early: str) -> None:
     _pdeathsig(0)  # a worker outlives its launcher as a cold one would
     _name(os.path.basename(sys.executable))
     os.environ.clear()
+    _clear_c_environ()
     os.environ.update(order["env"])
+    retitle(order)
     os.chdir(order["cwd"])
     _take_output(order["pipe"], early)
     hook = sys.modules.get("kdist_sitehook")
@@ -223,13 +300,15 @@ def _exit_by_sigint() -> None:
 def main() -> None:
     sock = socket.socket(fileno=int(os.environ.pop(FD)))
     early = os.environ.pop(EARLY, os.devnull)
+    os.environ.pop(ROOM, None)
+    preload = [m for m in os.environ.pop(PRELOAD_ENV, "").split(",") if m] or PRELOAD
     launcher = os.getppid()
     _pdeathsig(signal.SIGKILL)
     if os.getppid() != launcher:  # it died before the line above
         os._exit(0)
     started = dict(os.environ)
     path = list(sys.path)
-    for name in PRELOAD:
+    for name in preload:
         importlib.import_module(name)
     sock.sendall(b"ready\n")
     _name(NAME)  # once ready: what a drill or an operator may wait for
@@ -237,7 +316,7 @@ def main() -> None:
     if not line:  # the launcher closed it: not needed
         os._exit(0)
     order = json.loads(line)
-    why = refuse(order, started, path)
+    why = refuse(order, started, path) or no_room(order)
     if why:
         sock.sendall(f"cold {why}\n".encode())
         os._exit(0)
