@@ -8,8 +8,8 @@ Interleaved per round, each job in the same fresh namespace under its own name:
   made before the clock starts) then ``kubectl wait --for=condition=complete``;
 - warm: the kdist way, with ``distributed.warmWorkers`` (a standby kept behind each
   worker). The first workers run in standbys that imported torch while the launchers met
-  in both kdist variants (the default ``warmStart``, for kdist's DDP workload); a first
-  start without them is ``bench.warmcluster``'s ``coldstart``.
+  in the warm variant; the other starts cold (the default; ``warmStart: true`` starts the
+  first workers from standbys: ``bench.warmcluster``'s ``cold``).
 
 After each job, rank 0's pod says how long training took to start: its log
 lines carry the container runtime's timestamps (ns), from the launcher's first

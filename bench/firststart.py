@@ -75,8 +75,8 @@ def one_run(warm: bool) -> dict[str, float]:
             stamps.mkdir()
             env = {**node_env(str(ROOT), node, port), "FIRSTSTART_DIR": str(stamps)}
             env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], str(HOOK)])
-            if not warm:
-                env["KDIST_WARM_WORKERS"] = "0"
+            # spec.distributed.warmStart; cold is the default
+            env["KDIST_WARM_WORKERS"] = "first" if warm else "0"
             envs.append(env)
         started = time.time()
         procs = [subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, cwd=ROOT,

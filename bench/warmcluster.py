@@ -6,10 +6,10 @@ inPlace, ``maxRestarts: 2``, ``CPU`` per pod) three ways, interleaved:
 - ``warm``: ``distributed.warmWorkers``: the first workers and, after a restart in
   process, the new ones run in standbys that imported torch (the kill waits until the
   standbys behind the workers are ready, as a fault minutes into a job finds them);
-- ``cold``: the default: the first workers come from standbys too (the script is
+- ``cold``: ``distributed.warmStart: true``: the first workers come from standbys too (the script is
   kdist's DDP workload, which imports torch: ``kdist.runtime.warmstart``), none is kept,
   and the restart's workers start cold;
-- ``coldstart``: ``distributed.warmStart: false``: no standby at all; only its first
+- ``coldstart``: the defaults: no standby at all; only its first
   start is measured.
 
 Once rank 0 has logged step 5, a worker of rank 1 is SIGKILLed inside its pod (as
@@ -53,8 +53,8 @@ CPU = os.environ.get("KDIST_BENCH_CPU", "500m")
 JOB = (f"2 pods x 1 proc, DDP gloo, cpu {CPU} per pod, restartMode inPlace, maxRestarts 2, "
        f"a worker of rank 1 SIGKILLed at step {STRIKE_AT}")
 WARM = f"warmWorkers: true ({JOB})"
-COLD = f"defaults: first start from standbys, none kept ({JOB})"
-COLDSTART = f"warmStart: false, no standby ({JOB})"
+COLD = f"warmStart: true: first start from standbys, none kept ({JOB})"
+COLDSTART = f"defaults: no standby ({JOB})"
 # The pod's working set (what the kubelet evicts and reports by), else its processes' RSS.
 MEMORY = ("import os\n"
           "try:\n"
@@ -105,7 +105,7 @@ FIGURES = [
 def _job(name: str, ns: str, mode: str) -> str:
     # Room for a worker and a standby (each a Python with torch) in every variant alike.
     text = kube.job_yaml(name, ns, nodes=2, args=ARGS, cpu=CPU, memory="2Gi")
-    extra = {"warm": ", warmWorkers: true", "coldstart": ", warmStart: false"}.get(mode, "")
+    extra = {"warm": ", warmWorkers: true", "cold": ", warmStart: true"}.get(mode, "")
     fields = f"backend: gloo, maxRestarts: 2, restartMode: inPlace{extra}"
     return text.replace("distributed: {backend: gloo}", f"distributed: {{{fields}}}")
 

@@ -68,8 +68,8 @@ def env_contract(
         env[E.NODE_LOSS] = str(s.distributed.node_loss_seconds)
     if s.distributed.warm_workers:
         env[E.WARM_WORKERS] = "1"
-    elif not s.distributed.warm_start:
-        env[E.WARM_WORKERS] = "0"
+    elif s.distributed.warm_start:
+        env[E.WARM_WORKERS] = "first"
     if s.distributed.spares:
         env[E.SPARES] = str(s.distributed.spares)
     if s.elastic:

@@ -250,7 +250,7 @@ def _standbys(plan: LaunchPlan, module: str | None, rest: list[str],
         if why:
             _say(f"warm workers: {why}; the workers start cold")
             return None
-    elif standby.refused(os.environ) or not warmstart.first_start(argv, os.environ,
+    elif not standby.first_asked(os.environ) or not warmstart.first_start(argv, os.environ,
                                                                    os.getcwd()):
         return None
     os.environ.update(plan.worker_env(os.environ, _cpu_count()))  # as the workers get it

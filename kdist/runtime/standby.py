@@ -61,10 +61,11 @@ def asked(environ: Mapping[str, str]) -> bool:
     return environ.get(E.WARM_WORKERS, "").strip() == "1"
 
 
-def refused(environ: Mapping[str, str]) -> bool:
-    """Whether this pod wants no standby at all, not even for its first start
-    (``KDIST_WARM_WORKERS=0``; unset: ``kdist.runtime.warmstart`` decides)."""
-    return environ.get(E.WARM_WORKERS, "").strip() == "0"
+def first_asked(environ: Mapping[str, str]) -> bool:
+    """Whether this pod asks for its first workers from standbys only
+    (``KDIST_WARM_WORKERS=first``, spec.distributed.warmStart: ``kdist.runtime.warmstart``
+    decides which scripts may); unset or ``0``: every worker starts cold."""
+    return environ.get(E.WARM_WORKERS, "").strip() == "first"
 
 
 def cold_because(argv: Sequence[str]) -> str:

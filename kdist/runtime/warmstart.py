@@ -13,10 +13,12 @@ the launcher does it only where it cannot cost the script anything:
   script that sets ``OMP_NUM_THREADS`` or a ``TORCH_*`` variable before importing torch
   would find torch already imported with the pod's.
 
-Everything else starts cold, as it always did; ``KDIST_WARM_WORKERS=0`` turns standbys
-off altogether. The script is read, never imported: a ``-m`` module is looked for as a
-file on the worker's ``sys.path`` (its working directory, ``PYTHONPATH``, then the
-launcher's own entries), and kdist's own modules (``kdist.*``) are known to use torch.
+Asked by ``spec.distributed.warmStart`` (``KDIST_WARM_WORKERS=first``; off by default: under
+a pod's CPU limit the import's CPU is the wait, so it gained nothing measurable on the
+cluster). Everything else starts cold, as it always did. The script is read, never
+imported: a ``-m`` module is looked for as a file on the worker's ``sys.path`` (its
+working directory, ``PYTHONPATH``, then the launcher's own entries), and kdist's own
+modules (``kdist.*``) are known to use torch.
 """
 
 from __future__ import annotations

@@ -70,9 +70,9 @@ DEFAULT_RESTART_DIR = "/var/run/kdist/restarts"
 #: container restarts instead (``kdist.runtime.restarts.restart_workers``).
 RESTART_WORKERS = "KDIST_RESTART_WORKERS"
 #: ``1``: spec.distributed.warmWorkers, a standby worker per local rank that has imported
-#: torch and becomes the rank's next worker (kdist.runtime.standby); ``0``:
-#: spec.distributed.warmStart false, no standby at all; unset: a first start from standbys
-#: where the script imports torch (kdist.runtime.warmstart).
+#: torch and becomes the rank's next worker (kdist.runtime.standby); ``first``:
+#: spec.distributed.warmStart, the first start only from standbys, where the script imports
+#: torch (kdist.runtime.warmstart); unset or ``0``: every worker starts cold.
 WARM_WORKERS = "KDIST_WARM_WORKERS"
 #: Launcher -> worker wrapper: the directory of one pipe per local rank that the
 #: worker's stdout and stderr go to (kdist.runtime.output).

@@ -129,10 +129,11 @@ class Distributed(_Model):
         "Python with torch's memory per local rank for the job's life; a standby that died "
         "or hung falls back to a cold start.")
     warm_start: StrictBool = Field(
-        default=True, description="The first workers of a script that imports torch start "
+        default=False, description="The first workers of a script that imports torch start "
         "from processes that imported it while the launcher met the other nodes (kept for "
-        "nothing after); false = they start cold, torch not imported before the script's "
-        "first line.")
+        "nothing after; warmWorkers does it too). Off by default: under a pod's CPU limit "
+        "the import's CPU is the wait, and the script finds torch imported before its "
+        "first line (docs/restarts.md).")
     gang: Literal["auto", "native", "none"] = Field(default="auto", description=C.GANG_DOC)
     rendezvous_timeout_seconds: Annotated[StrictInt, Field(ge=1, le=86400)] = Field(
         default=E.DEFAULT_RDZV_TIMEOUT_S, description="How long a node waits for the others to "
@@ -159,13 +160,6 @@ class Distributed(_Model):
     socket_interface: str | None = Field(default=None, description="The interface(s) NCCL and gloo "
                                          "use (NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME) unless "
                                          "spec.env sets them; for hostNetwork, Multus.")
-
-    @model_validator(mode="after")
-    def _warm(self) -> Distributed:
-        if self.warm_workers and not self.warm_start:
-            raise ValueError("warmStart: false contradicts warmWorkers: true (warm workers "
-                             "start from standbys, the first ones too)")
-        return self
 
     @field_validator("socket_interface")
     @classmethod

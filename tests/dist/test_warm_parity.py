@@ -2,8 +2,8 @@
 ``sys.path``, the environment, cwd, signal dispositions, its process group, and ends with
 the same exit code and traceback; for ``python script.py``, ``python -m module`` and
 ``python -c code`` alike; and what ``ps``, ``pgrep -f`` and ``/proc/PID/environ`` show of
-it. Unasked (no ``KDIST_WARM_WORKERS``), a script that imports torch starts warm, one that
-does not cold (``kdist.runtime.warmstart``). Each run: the real launcher, one node, one
+it. With a warm first start only (``KDIST_WARM_WORKERS=first``, spec.distributed.warmStart),
+a script that imports torch starts warm, one that does not cold (``kdist.runtime.warmstart``). Each run: the real launcher, one node, one
 worker."""
 
 from __future__ import annotations
@@ -123,12 +123,12 @@ def test_unasked_a_script_that_imports_torch_starts_warm_and_sees_what_it_sees_c
     (tmp_path / "sub" / "probe.py").write_text(PROBE.replace("# (torch)", "import torch"))
     argv = ["--", "python", "sub/probe.py", "a"]
     cold = _views(tmp_path, argv, warm="0")
-    first = _views(tmp_path, argv, warm="")
+    first = _views(tmp_path, argv, warm="first")
     assert first[0] == cold[0] == 0
     _same(first[1], cold[1])
 
 
 @pytest.mark.timeout(300)
 def test_unasked_a_script_without_torch_starts_cold(tmp_path, probe):
-    code, view, _ = _views(tmp_path, ["--", "python", "sub/probe.py"], warm="")
+    code, view, _ = _views(tmp_path, ["--", "python", "sub/probe.py"], warm="first")
     assert code == 0 and not view["preloaded"]

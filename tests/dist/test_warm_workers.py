@@ -170,7 +170,7 @@ def test_a_sigterm_stops_the_warm_worker_and_leaves_no_standby(tmp_path):
     assert _standbys_of(job) == [], text
 
 
-# Unasked: a script that imports torch first starts warm (torch in sys.modules at its first
+# warmStart only (KDIST_WARM_WORKERS=first): a script that imports torch first starts warm (torch in sys.modules at its first
 # line), keeps no standby behind it, and its restart in process starts cold.
 UNASKED = textwrap.dedent("""
     import sys
@@ -213,7 +213,7 @@ def test_unasked_the_first_start_is_warm_and_keeps_no_standby(tmp_path):
         directory = tmp_path / f"pod-{node}"
         directory.mkdir()
         envs.append(node_env(2, 1, node, port, KDIST_RESTART_DIR=str(directory),
-                             KDIST_MAX_RESTARTS="1"))
+                             KDIST_MAX_RESTARTS="1", KDIST_WARM_WORKERS="first"))
     run = run_envs(["--", "python", "-c", UNASKED], envs)
     assert run.code == 0, run.text
     assert sum(line.endswith("done 1") for line in run.lines) == 2, run.text

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from kdist.rendering.contract import env_contract
+from kdist.runtime import standby
 from kdist.runtime import warmstart as W
 from kdist.runtime.sitehook import _kdist_standby as entry
 from kdist.shared import env as E
-from kdist.shared.errors import SpecError
 from kdist.spec import validate_job
 from tests.unit.helpers import spec_with
 
@@ -65,19 +65,20 @@ def test_the_command_decides_where_the_script_is_read(tmp_path, monkeypatch):
     assert "pkg" not in sys.modules
 
 
-def test_warm_start_is_on_by_default_and_off_renders_no_standby_at_all():
+def test_warm_start_is_off_by_default_and_asked_renders_a_first_start_from_standbys():
     def env(**distributed: object) -> dict[str, str]:
         changes = {f"spec.distributed.{k}": v for k, v in distributed.items()}
         job = validate_job(spec_with(**changes))
         return env_contract(job, node_rank=0, master_addr="m")
 
     assert E.WARM_WORKERS not in env()
-    assert env(warmStart=False)[E.WARM_WORKERS] == "0"
+    assert E.WARM_WORKERS not in env(warmStart=False)
+    assert env(warmStart=True)[E.WARM_WORKERS] == "first"
     assert env(warmWorkers=True)[E.WARM_WORKERS] == "1"
-    with pytest.raises(SpecError, match=r"spec\.distributed: warmStart: false contradicts "
-                                         r"warmWorkers: true"):
-        validate_job(spec_with(**{"spec.distributed.warmStart": False,
-                               "spec.distributed.warmWorkers": True}))
+    assert env(warmWorkers=True, warmStart=True)[E.WARM_WORKERS] == "1"
+    assert standby.first_asked({E.WARM_WORKERS: "first"})
+    assert not any(standby.first_asked(e) for e in ({}, {E.WARM_WORKERS: "0"},
+                                                    {E.WARM_WORKERS: "1"}))
 
 
 @pytest.mark.parametrize("worker", [
