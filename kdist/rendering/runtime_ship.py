@@ -5,7 +5,7 @@ Every pod runs kdist's launcher. With ``runtime: image`` it comes from the image
 it travels with the job: the launcher, ``kdist.runtime``, ``kdist.workloads`` and
 ``kdist.shared`` (standard library and torch only; the import-linter contract
 "The runtime stands apart" keeps them so) are zipped here, reproducibly, into one
-immutable ConfigMap owned by the job (~115 KB; one object, so ``kubectl apply`` of
+immutable ConfigMap owned by the job (~180 KB; one object, so ``kubectl apply`` of
 the rendered manifests keeps working: its base64 stays under the 256 KiB
 last-applied annotation). The pod mounts it read-only and starts with BOOT, a
 ``python3 -c`` program in the container's own command line that
