@@ -65,7 +65,9 @@ def test_a_spare_takes_the_rank_of_a_paused_node_which_is_fenced_when_it_returns
                      "restartMode": "inPlace", "nodeLossSeconds": LOSS_S,
                      "collectiveTimeoutSeconds": 300, "rendezvousTimeoutSeconds": 600},
         checkpoint={"path": "/checkpoints", "volume": node_shared_volume},
-        resources={"cpu": "500m", "memory": "1Gi"}))
+        resources={"cpu": "500m", "memory": "1Gi"},
+        # this tree's runtime (a ConfigMap), not the one the nodes' image was built with
+        runtime="shipped"))
     survivor = next(n.metadata.name for n in schedulable_nodes(kube)
                     if n.metadata.name != victim.name)
     # the lost rank's pod on the victim, the other rank and the spare (slot 2) beside
