@@ -117,7 +117,7 @@ e2e: install cluster-up image $(SDK_STAMP) ## cluster-up + image + the e2e suite
 KIND_STATE := $(CURDIR)/.cluster-kind
 # What needs two nodes: pods of one job on both, the node-loss drills; and kdist's
 # shipped runtime on the nodes' image without kdist (Debian's torch, Python 3.14).
-E2E_KIND_TESTS ?= tests/e2e/test_node_loss.py tests/e2e/test_spares.py \
+E2E_KIND_TESTS ?= tests/e2e/test_node_loss.py tests/e2e/test_spares.py tests/e2e/test_elastic.py \
 	tests/e2e/test_shipped_runtime.py::test_kdists_ddp_trains_on_an_image_without_kdist
 
 kind-up: ## Bring up (or reuse) the offline 2-node kind cluster with its training image (Debian's torch); writes .cluster-kind/kubeconfig

@@ -32,6 +32,7 @@ BENCHMARKS = {
     "fsdp": "bench.fsdp",
     "cluster": "bench.cluster",
     "restart": "bench.restart",
+    "nodeloss": "bench.nodeloss",
     "warm": "bench.warm",
     "elastic": "bench.elastic",
     "workdir": "bench.workdir",

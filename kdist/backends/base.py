@@ -60,9 +60,13 @@ class Backend:
     in_place_restarts: ClassVar[bool] = False
     #: A native gang (the pod template's schedulingGroup, kdist.rendering.gang).
     native_gang: ClassVar[bool] = False
-    #: Why not, in the errors that refuse the two above.
+    #: An elastic gang (spec.minNodes): its launchers re-form the gang in process, and its
+    #: Job succeeds on minNodes indexes (a successPolicy) and ignores a fenced pod.
+    elastic: ClassVar[bool] = False
+    #: Why not, in the errors that refuse the three above.
     no_in_place_why: ClassVar[str] = ""
     no_gang_why: ClassVar[str] = ""
+    no_elastic_why: ClassVar[str] = ""
     #: Why spec.distributed.maxRestarts does not bound its restarts ("": it does); a spec
     #: warning then asks for spec.activeDeadlineSeconds.
     unbounded_restarts: ClassVar[str] = ""

@@ -39,6 +39,7 @@ class IndexedJob(Backend):
     summary = "an Indexed Job + headless Service (any cluster)"
     in_place_restarts = True
     native_gang = True
+    elastic = True
     # FailureTarget/SuccessCriteriaMet come first on recent Kubernetes (1.31+);
     # Failed/Complete only once every pod has stopped.
     terminal = {"Complete": SUCCEEDED, "SuccessCriteriaMet": SUCCEEDED,

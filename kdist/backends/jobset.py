@@ -15,7 +15,9 @@ gang whose real failure was a code error). The successPolicy: every node's pod s
 restart recreates the Job; its pods carry the restart count as a label
 (`jobset.sigs.k8s.io/restart-attempt`), which the launcher reads as
 KDIST_RESTART_COUNT. Restarts are never in place and there is no native gang here:
-JobSet recreates Jobs, and a Kueue queue admits the JobSet whole.
+JobSet recreates Jobs, and a Kueue queue admits the JobSet whole. An elastic job
+(spec.minNodes): the Job succeeds once minNodes indexes have and ignores a fenced pod
+(206), and the launchers restart their workers in process (kdist.rendering.restarts).
 """
 
 from __future__ import annotations
@@ -64,6 +66,9 @@ class JobSetBackend(Backend):
     installs = "the JobSet controller"
     no_in_place_why = "the JobSet controller recreates its Jobs to restart"
     no_gang_why = "the JobSet controller makes the Jobs; Kueue admits a JobSet whole"
+    # Its one Job takes the Indexed Job's successPolicy and fenced rule; its launchers
+    # restart their workers in process though its containers never restart in place.
+    elastic = True
     terminal = {"Completed": SUCCEEDED, "Failed": FAILED}
     rbac = [{"apiGroups": [GROUP], "resources": [PLURAL], "verbs": [*TRAINING_VERBS]}]
     shape = {"spec": {"replicatedJobs": [{"name": str, "template": {

@@ -81,6 +81,8 @@ class TrainJobBackend(Backend):
     no_in_place_why = "Kubeflow Trainer's JobSet recreates its Jobs to restart"
     no_gang_why = ("Kubeflow Trainer gangs only through its coscheduling or Volcano plugins; "
                    "a Kueue queue admits a TrainJob whole")
+    no_elastic_why = ("Kubeflow Trainer removed elastic training in v2.2; its runtime's "
+                      "JobSet is Trainer's to shape")
     caveats = ("restarts recreate the gang (never in place); no native gang (a Kueue queue "
                "admits a TrainJob whole)")
     created_first = (TRAINING_RUNTIME,)

@@ -69,12 +69,24 @@ def apply(job: TrainingJob, mode: str, ctx: dict[str, Any]) -> None:
     if mode not in MODES:
         raise RenderError(f"restart mode {mode!r} is not one of {', '.join(MODES)}")
     if mode == RECREATE:
+        if job.spec.elastic:  # the gang re-forms smaller in process, whatever the containers do
+            in_process(job, ctx)
         return
     if not backends.get(job.spec.backend).in_place_restarts:
         raise RenderError("restart mode inPlace needs backend "
                           f"{backends.able('in_place_restarts')}")
+    ctx["pod_spec"]["restart_rule"] = rule()
+    in_process(job, ctx)
+
+
+def in_process(job: TrainingJob, ctx: dict[str, Any]) -> None:
+    """The launchers restart their workers in process (KDIST_RESTART_DIR, on an emptyDir
+    where they count their restarts). In place, every pod has it; recreating, an elastic
+    job's (spec.minNodes) pods have it too, because a shrink and a grow are restarts in
+    process (a JobSet never restarts a container in place; an Indexed Job rendered
+    without a cluster to ask is recreate): only a launcher that must go itself fails its
+    pod, and the controller recreates it (a JobSet, the whole gang)."""
     pod = ctx["pod_spec"]
-    pod["restart_rule"] = rule()
     pod["env"].append({"name": E.RESTART_DIR, "value": E.DEFAULT_RESTART_DIR})
     if not job.spec.distributed.restart_workers:
         pod["env"].append({"name": E.RESTART_WORKERS, "value": "0"})

@@ -303,9 +303,10 @@ def min_nodes(least: int | None, distributed: Any, backend: str, nodes: int) -> 
                          "most the job runs on)")
     if least == nodes:
         return  # the default: not elastic
-    if backend != "indexed-job":
-        raise ValueError(f"spec.minNodes: not served on {backend} yet (indexed-job only: its "
-                         "launchers re-form the gang in process)")
+    b = backends.get(backend)
+    if not b.elastic:
+        raise ValueError(f"spec.minNodes: not served on {backend} ({b.no_elastic_why}); use "
+                         f"backend {backends.able('elastic')}")
     if not distributed.max_restarts:
         raise ValueError("spec.minNodes needs distributed.maxRestarts >= 1 (the gang "
                          "re-forming smaller is a restart)")

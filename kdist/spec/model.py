@@ -250,8 +250,8 @@ class JobSpec(_Model):
     nodes: Annotated[StrictInt, Field(ge=1, le=MAX_NODES)] = Field(default=1, description="Pods.")
     # The runtime side lives in kdist.runtime.elastic.
     min_nodes: Annotated[StrictInt, Field(ge=1, le=MAX_NODES)] | None = Field(
-        default=None, description="Elastic (indexed-job): when a node is lost and no spare "
-        "takes its rank, the survivors go on at the smaller size, down to this many nodes, "
+        default=None, description="Elastic (indexed-job, jobset): when a node is lost and no "
+        "spare takes its rank, the survivors go on at the smaller size, down to this many nodes, "
         "resuming from the newest checkpoint with the new WORLD_SIZE and RANK (node 0's loss "
         "waits for its replacement, as below it). Default (unset) = nodes: off.")
     procs_per_node: Annotated[int | str, WithJsonSchema({"anyOf": [

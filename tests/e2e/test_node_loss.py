@@ -217,9 +217,13 @@ def node_shared_volume(kube: Kube, namespace: str) -> Iterator[dict[str, Any]]:
 
 
 def pod_templates(obj: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """A rendered object's pod templates: {"all": ...} for a Job, by replica type otherwise."""
+    """A rendered object's pod templates: {"all": ...} for a Job, by replica type (a
+    PyTorchJob) or replicated Job (a JobSet) otherwise."""
     if obj["kind"] == "Job":
         return {"all": obj["spec"]["template"]}
+    if obj["kind"] == "JobSet":
+        return {j["name"]: j["template"]["spec"]["template"]
+                for j in obj["spec"]["replicatedJobs"]}
     if obj["kind"] == "PyTorchJob":
         return {kind.lower(): spec["template"]
                 for kind, spec in obj["spec"]["pytorchReplicaSpecs"].items()}

@@ -98,7 +98,7 @@ def test_a_spare_takes_the_rank_of_a_paused_node_which_is_fenced_when_it_returns
         assert done == {0: MAX_STEPS, 1: MAX_STEPS}, log
         assert f"spare in slot 2 takes node rank {lost}" in log, log
         cost = figures(stream.records, fault_time)
-        fenced = _exit_codes(kube, namespace, name, index=lost)
+        fenced = exit_codes(kube, namespace, name, index=lost)
         report({"drill": "spare" if lost else "spare, node 0 (the store's host) lost",
                 "node_loss_s": LOSS_S, "fenced_exits": fenced,
                 "seconds_paused_to_resume": round(resumed_s, 1), **cost})
@@ -123,7 +123,7 @@ def _the_store_moved_and_the_gang_resumed_from_memory(
     assert cost["steps_lost"] == 0, cost
 
 
-def _exit_codes(kube: Kube, namespace: str, name: str, index: int) -> list[int]:
+def exit_codes(kube: Kube, namespace: str, name: str, index: int) -> list[int]:
     """The exit codes of the pytorch containers of the job's pods of `index`."""
     pods = kube.core.list_namespaced_pod(namespace, label_selector=L.selector_string(name),
                                          _request_timeout=REQUEST_TIMEOUT).items

@@ -42,8 +42,7 @@ def _job(**changes):
 
 
 @pytest.mark.parametrize(("changes", "words"), [
-    ({"spec.backend": "jobset"}, "spec.minNodes: not served on jobset yet"),
-    ({"spec.backend": "pytorchjob"}, "spec.minNodes: not served on pytorchjob yet"),
+    ({"spec.backend": "pytorchjob"}, "spec.minNodes: not served on pytorchjob (the training"),
     ({"spec.minNodes": 4}, "spec.minNodes 4 exceeds spec.nodes 3"),
     ({"spec.distributed": {}}, "spec.minNodes needs distributed.maxRestarts >= 1"),
     ({"spec.distributed": {"maxRestarts": 1, "restartMode": "recreate"}},

@@ -11,15 +11,14 @@ from kdist import backends
 from kdist.rendering import contract, render
 from kdist.runtime.plan import resolve_env
 from kdist.shared import env as E
-from kdist.shared.errors import SpecError
 from kdist.spec import validate_job
 from tests.unit import crd
 
 from .helpers import spec_with
 
 NAME = "unit-job"  # helpers.BASE's
-# An elastic Indexed Job: the spec the store moves for (spares or minNodes), served on
-# indexed-job everywhere; its env is the contract's whatever the backend.
+# An elastic job: the spec the store moves for (spares or minNodes); its env is the
+# contract's whatever the backend.
 MOVABLE = {"spec.nodes": 3, "spec.minNodes": 2, "spec.distributed": {"maxRestarts": 2}}
 
 
@@ -60,11 +59,7 @@ def test_a_jobset_without_spares_or_min_nodes_renders_no_address():
 
 
 def test_an_elastic_jobset_renders_each_pods_address_and_its_crd_takes_it():
-    try:
-        job = validate_job(spec_with(**MOVABLE, **{"spec.backend": "jobset"}))
-    except SpecError as e:  # elastic JobSets are served by another branch (issue 55)
-        pytest.skip(f"spec.minNodes is not served on jobset here: {e}")
-    (obj,) = render(job)
+    (obj,) = render(validate_job(spec_with(**MOVABLE, **{"spec.backend": "jobset"})))
     env = _env(obj)
     assert env[E.SLOT_ADDR] == f"{NAME}-node-0-{{slot}}.{NAME}"
     assert env[E.MASTER_ADDR] == f"{NAME}-node-0-0.{NAME}"
