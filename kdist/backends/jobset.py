@@ -2,8 +2,9 @@
 
 One replicated Job, `node`, an Indexed Job of `nodes` pods: the completion index is
 the node rank, and JobSet's network (a headless Service named after the JobSet,
-not-ready addresses published) makes node 0 `<name>-node-0-0.<name>`. kdist's
-restart rule is the JobSet's failurePolicy: the child Job fails at once on any pod
+not-ready addresses published) makes node 0 `<name>-node-0-0.<name>` and index k
+`<name>-node-0-k.<name>` (where the store moves if node 0 is lost: kdist.runtime.hostmove).
+kdist's restart rule is the JobSet's failurePolicy: the child Job fails at once on any pod
 failure (backoffLimit 0), with reason PodFailurePolicy for a code error (its
 podFailurePolicy's FailJob rule) or DeadlineExceeded for the spec's deadline, both
 failing the JobSet; any other failure (a kill, a lost peer, a hang) restarts the
@@ -77,6 +78,12 @@ class JobSetBackend(Backend):
 
     def master_addr(self, name: str) -> str | None:
         return f"{name}-{NODE_JOB}-0-0.{name}"
+
+    def slot_addr(self, name: str) -> str | None:
+        # The controller names each pod's host <jobset>-<replicatedJob>-<jobIndex>-<podIndex>
+        # under the JobSet's headless Service (network.enableDNSHostnames): index k of the
+        # one Job is <name>-node-0-k.<name>, whichever pod holds it after a replacement.
+        return f"{name}-{NODE_JOB}-0-{{slot}}.{name}"
 
     def rank_env(self, max_restarts: int) -> list[dict[str, str]]:
         """The completion index; the JobSet's restart count, which its controller labels

@@ -2,8 +2,8 @@
 
 The gang meets on one store (``kdist.runtime.store``), served by the launcher holding the
 members' ``host`` rank (node rank 0 at the start; ``kdist.runtime.membership``). A job
-with warm spares (or elastic) and each slot's address (``KDIST_SLOT_ADDR``: an Indexed
-Job pod's stable DNS name) does not wait for a lost host's replacement. The rule, which
+with warm spares (or elastic) and each slot's address (``KDIST_SLOT_ADDR``: an Indexed Job
+or JobSet pod's stable DNS name) does not wait for a lost host's replacement. The rule, which
 every launcher applies alone, from the members it last met (no store needed to agree):
 
 1. **Who hosts next**: the candidates are the node ranks other than the host, lowest

@@ -7,6 +7,12 @@ on the victim. After a checkpoint the victim is paused (``docker pause``: its ku
 containers and network frozen at once); the survivors find node 1 lost within
 ``nodeLossSeconds``, the spare takes rank 1 and training resumes; then the victim is
 unpaused, and rank 1's old pod must be fenced (exit 206) while the job finishes.
+
+The same with node 0 lost (the store's host, issue 54): rank 0 on the victim, rank 1 and the
+spare on the survivor. Node 1 hosts the store at its own pod's address, the spare takes
+rank 0 there and the gang resumes from node 1's memory (no step lost); node 0's old pod,
+back, finds the store moved and is fenced. The paused node is always the kind worker (the
+`victim` fixture): pausing the control plane would stop the API server.
 """
 
 from __future__ import annotations
@@ -48,8 +54,9 @@ def _docker(node: KindNode, verb: str) -> None:
     assert out.returncode == 0, f"docker {verb} {node.name}: {out.stderr}"
 
 
+@pytest.mark.parametrize("lost", [1, 0], ids=["node-1", "node-0"])
 def test_a_spare_takes_the_rank_of_a_paused_node_which_is_fenced_when_it_returns(
-        kube: Kube, namespace: str, victim: KindNode,  # noqa: F811 (the fixtures above)
+        lost: int, kube: Kube, namespace: str, victim: KindNode,  # noqa: F811 (fixtures)
         node_shared_volume: dict[str, Any], kdist_popen: Any) -> None:  # noqa: F811
     name = "spares"
     job = validate_job(job_spec(
@@ -58,10 +65,14 @@ def test_a_spare_takes_the_rank_of_a_paused_node_which_is_fenced_when_it_returns
                      "restartMode": "inPlace", "nodeLossSeconds": LOSS_S,
                      "collectiveTimeoutSeconds": 300, "rendezvousTimeoutSeconds": 600},
         checkpoint={"path": "/checkpoints", "volume": node_shared_volume},
-        resources={"cpu": "500m", "memory": "1Gi"}))
+        resources={"cpu": "500m", "memory": "1Gi"},
+        # this tree's runtime (a ConfigMap), not the one the nodes' image was built with
+        runtime="shipped"))
     survivor = next(n.metadata.name for n in schedulable_nodes(kube)
                     if n.metadata.name != victim.name)
-    placer = Placer(kube, namespace, name, first={0: survivor, 1: victim.name, 2: survivor})
+    # the lost rank's pod on the victim, the other rank and the spare (slot 2) beside
+    first = {0: survivor, 1: survivor, 2: survivor} | {lost: victim.name}
+    placer = Placer(kube, namespace, name, first=first)
     paused = False
     try:
         create(kube, namespace, spread(render(job), name, required=False, gate=True))
@@ -85,17 +96,31 @@ def test_a_spare_takes_the_rank_of_a_paused_node_which_is_fenced_when_it_returns
         assert wait_job(kube, namespace, name, "indexed-job") == "succeeded", log
         done = {r["rank"]: r["step"] for _, _, r in stream.records if r["event"] == "done"}
         assert done == {0: MAX_STEPS, 1: MAX_STEPS}, log
-        assert "spare in slot 2 takes node rank 1" in log, log
+        assert f"spare in slot 2 takes node rank {lost}" in log, log
         cost = figures(stream.records, fault_time)
-        fenced = exit_codes(kube, namespace, name, index=1)
-        report({"drill": "spare", "node_loss_s": LOSS_S, "fenced_exits": fenced,
+        fenced = exit_codes(kube, namespace, name, index=lost)
+        report({"drill": "spare" if lost else "spare, node 0 (the store's host) lost",
+                "node_loss_s": LOSS_S, "fenced_exits": fenced,
                 "seconds_paused_to_resume": round(resumed_s, 1), **cost})
-        assert exitcodes.FENCED in fenced, fenced  # rank 1's old pod, back: fenced
+        assert exitcodes.FENCED in fenced, fenced  # the lost rank's old pod, back: fenced
+        if not lost:
+            _the_store_moved_and_the_gang_resumed_from_memory(log, stream.records, cost)
     finally:
         if paused:
             _docker(victim, "unpause")
         placer.stop()
         wait_node(kube, victim.name, node_ready)
+
+
+def _the_store_moved_and_the_gang_resumed_from_memory(
+        log: str, records: list[tuple[float, int, dict[str, Any]]], cost: dict) -> None:
+    """Node 1 hosted the store (kdist.runtime.hostmove) and every rank resumed from its
+    memory at the last step the gang made: none lost."""
+    assert "node 0 (slot 0), the store's host, is lost: this node (rank 1) hosts the " \
+        "store now at" in log, log
+    sources = {r.get("source", "") for _, _, r in records if r["event"] == "resume"}
+    assert sources and all(s.startswith("memory of rank 1, step ") for s in sources), sources
+    assert cost["steps_lost"] == 0, cost
 
 
 def exit_codes(kube: Kube, namespace: str, name: str, index: int) -> list[int]:
