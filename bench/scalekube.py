@@ -150,9 +150,12 @@ def _status_list_logs(pk: Any, pc: Any, ns: str, cache: str, name: str, ctx: Ctx
     out["scale.status_vs_kubectl_1000"] = Measured(median(ratios), ratios)
     out["scale.status_requests_1000"] = Measured(median(reqs), reqs)
     out["scale.list_1000_pods_s"] = Measured(median(lists), lists)
-    logs = measure(_kdist(pk, ns, "logs", name, "--tail", "5"), pk)
-    ctx.say(f"    logs x{n}: {logs.brief()}")
-    out["scale.logs_1000_pods_s"] = Measured(logs.wall_s, [logs.wall_s], logs.brief())
+    # check=False: one rank's log unreadable (a 500 from the API server for a fake node it
+    # has no address of, seen once) is a figure with its error, not the run's end.
+    logs = measure(_kdist(pk, ns, "logs", name, "--tail", "5"), pk, check=False)
+    said = "" if logs.code == 0 else f"; exit {logs.code}: {tail(logs.err, 2)}"
+    ctx.say(f"    logs x{n}: {logs.brief()}{said}")
+    out["scale.logs_1000_pods_s"] = Measured(logs.wall_s, [logs.wall_s], logs.brief() + said)
 
 
 def _restart(api: Any, pk: Any, pc: Any, ns: str, cache: str, tmp: Path, n: int, ctx: Ctx,

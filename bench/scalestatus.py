@@ -6,7 +6,7 @@ The job is an Indexed Job of 1,000 pods as kube-apiserver lists them (``objects.
 kdist's step lines. The server answers each GET from the bytes it sent the first time
 (`FakeApi.memo_gets`): its own encoding, Python's, is not what is timed; logs are
 answered as they are, without Nagle's wait (TCP_NODELAY, as kube-apiserver answers: with
-it, each kept-alive request waited ~40 ms for a delayed ACK: ~0.3 s of the 0.8 s was the
+it, each kept-alive request waited ~40 ms for a delayed ACK: ~0.3 s of the 0.81 s was the
 fake's). Each command is a process of its own, its bytecode cached as an installed kdist's:
 its wall time, its CPU seconds and peak memory (`wait4`), the requests it sent and the
 largest answer it decoded.
