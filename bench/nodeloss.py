@@ -1,7 +1,8 @@
 """A lost node on the 2-node kind cluster: a warm spare takes its rank vs a replacement pod.
 
 Issue 54's figures, side by side in one run: each round runs the same DDP job (2 ranks,
-gloo, 500m per pod, ``nodeLossSeconds: 10``, restarting in place, a checkpoint every 20
+gloo, 500m per pod, ``nodeLossSeconds: 10``, restarting in place with warm workers (the
+survivors' new workers come from standbys, as the spare's do), a checkpoint every 20
 steps on storage both nodes mount) two ways, rank 0 on the node that survives and rank 1
 on the kind worker, which is paused (``docker pause``: its kubelet, containers and network
 frozen at once) once step 50 is logged:
@@ -46,8 +47,8 @@ STEPS_ARGS = ["--max-steps", "100000", "--checkpoint-every", "20", "--log-every"
               "--keep-checkpoints", "0", "--batch-size", "16", "--dataset-size", "2048",
               "--step-delay", "0.05"]
 FAULT_AFTER, STRIKE_AT = 40, 50
-JOB = ("DDP, gloo, 2 pods of 500m, restartMode inPlace, nodeLossSeconds 10, the kind "
-       "worker of rank 1 paused at step 50")
+JOB = ("DDP, gloo, 2 pods of 500m, restartMode inPlace, warmWorkers, nodeLossSeconds 10, "
+       "the kind worker of rank 1 paused at step 50")
 RESUME_TIMEOUT = 600
 
 FIGURES = [
@@ -125,8 +126,10 @@ def _shared_claim(k: Any, ns: str) -> Iterator[dict[str, Any]]:
 def _job(name: str, ns: str, volume: dict[str, Any], spares: int) -> Any:
     from kdist.spec import validate_job
 
+    # warm workers on both sides: the survivors' new workers come from standbys (the spare's
+    # from the standby it kept while it waited); only the spare differs between the two
     distributed = {"backend": "gloo", "maxRestarts": 2, "restartMode": "inPlace",
-                   "nodeLossSeconds": LOSS_S, "collectiveTimeoutSeconds": 300,
+                   "warmWorkers": True, "nodeLossSeconds": LOSS_S, "collectiveTimeoutSeconds": 300,
                    "rendezvousTimeoutSeconds": 600, **({"spares": spares} if spares else {})}
     return validate_job({"apiVersion": "kdist/v1alpha1", "kind": "TrainingJob",
                          "metadata": {"name": name, "namespace": ns}, "spec": {
@@ -137,7 +140,8 @@ def _job(name: str, ns: str, volume: dict[str, Any], spares: int) -> Any:
                                  *STEPS_ARGS, "--checkpoint-dir", f"/checkpoints/{name}"]},
                              "distributed": distributed,
                              "checkpoint": {"path": "/checkpoints", "volume": volume},
-                             "resources": {"cpu": "500m", "memory": "1Gi"}}})
+                             # a standby beside each worker: ~0.7 GB more
+                             "resources": {"cpu": "500m", "memory": "2Gi"}}})
 
 
 def _drill(k: Any, ns: str, name: str, volume: dict[str, Any], nodes: tuple[Any, str],

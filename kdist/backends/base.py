@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from kdist.shared import facts
 from kdist.shared import labels as L
 from kdist.shared.errors import ClusterError
 from kdist.shared.kind import Kind
@@ -60,8 +61,10 @@ class Backend:
     in_place_restarts: ClassVar[bool] = False
     #: A native gang (the pod template's schedulingGroup, kdist.rendering.gang).
     native_gang: ClassVar[bool] = False
-    #: An elastic gang (spec.minNodes): its launchers re-form the gang in process, and its
-    #: Job succeeds on minNodes indexes (a successPolicy) and ignores a fenced pod.
+    #: An elastic gang (spec.minNodes) and warm spares (spec.distributed.spares): its
+    #: launchers re-form the gang in process, and its Job succeeds on some of its indexes
+    #: (a successPolicy: minNodes, or the node ranks beside the spares) and ignores a
+    #: fenced pod.
     elastic: ClassVar[bool] = False
     #: Why not, in the errors that refuse the three above.
     no_in_place_why: ClassVar[str] = ""
@@ -220,6 +223,13 @@ def node_count(obj: dict[str, Any], where: str, value: Any, minimum: int = 1) ->
             not minimum <= value <= MAX_NODES:
         raise bad_answer(obj, where, value)
     return value
+
+
+def less_spares(obj: dict[str, Any], pods: int) -> int:
+    """The node ranks of `pods` pods: warm spares (spec.distributed.spares, said in the
+    object's facts annotation) are pods beyond them."""
+    spares = facts.read((obj.get("metadata") or {}).get("annotations")).spares
+    return pods - spares if 0 < spares < pods else pods
 
 
 def bad_answer(obj: dict[str, Any], where: str, value: Any) -> ClusterError:

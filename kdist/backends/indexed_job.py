@@ -21,11 +21,11 @@ from kdist.backends.base import (
     completion_index,
     field_path,
     index_failures,
+    less_spares,
     node_count,
     spec_of,
 )
 from kdist.shared import env as E
-from kdist.shared import facts
 from kdist.shared import labels as L
 from kdist.shared.kind import Kind
 
@@ -85,10 +85,7 @@ class IndexedJob(Backend):
         value = spec_of(obj).get("completions")
         if value is None:
             return None
-        pods = node_count(obj, "spec.completions", value)
-        # warm spares (spec.distributed.spares) are pods beyond the node ranks
-        spares = facts.read((obj.get("metadata") or {}).get("annotations")).spares
-        return pods - spares if 0 < spares < pods else pods
+        return less_spares(obj, node_count(obj, "spec.completions", value))
 
     def pod_rank(self, labels: dict[str, Any], annotations: dict[str, Any]) -> int | None:
         return completion_index(labels, annotations)

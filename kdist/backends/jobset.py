@@ -17,7 +17,9 @@ restart recreates the Job; its pods carry the restart count as a label
 KDIST_RESTART_COUNT. Restarts are never in place and there is no native gang here:
 JobSet recreates Jobs, and a Kueue queue admits the JobSet whole. An elastic job
 (spec.minNodes): the Job succeeds once minNodes indexes have and ignores a fenced pod
-(206), and the launchers restart their workers in process (kdist.rendering.restarts).
+(206), and the launchers restart their workers in process (kdist.rendering.restarts);
+with warm spares (spec.distributed.spares) the Job runs nodes + spares pods and succeeds
+once `nodes` indexes have.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from kdist.backends.base import (
     count,
     field_path,
     index_failures,
+    less_spares,
     node_count,
     shown,
     spec_of,
@@ -146,7 +149,9 @@ class JobSetBackend(Backend):
             spec = (j.get("template") or {}).get("spec") or {}
             pods = spec.get("completions", spec.get("parallelism", 1))
             total += replicas * node_count(obj, f"{where}.template.spec.completions", pods)
-        return node_count(obj, "spec.replicatedJobs (pods in all)", total) if total else None
+        if not total:
+            return None
+        return less_spares(obj, node_count(obj, "spec.replicatedJobs (pods in all)", total))
 
     def claims_pod(self, labels: dict[str, Any]) -> bool:
         return JOBSET_NAME in labels

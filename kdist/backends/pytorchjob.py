@@ -43,8 +43,9 @@ class PyTorchJobBackend(Backend):
     installs = "the Kubeflow training operator"
     no_in_place_why = "the training operator recreates a PyTorchJob's pods"
     no_gang_why = "the training operator's PyTorchJob drops a pod's schedulingGroup"
-    no_elastic_why = ("the training operator's PyTorchJob has no success on fewer ranks and "
-                      "no rule to ignore a fenced pod; its elasticPolicy is torchrun's")
+    no_elastic_why = ("the training operator's PyTorchJob has no success on fewer ranks or "
+                      "on some of its pods, and no rule to ignore a fenced pod; its "
+                      "elasticPolicy is torchrun's")
     unbounded_restarts = ("the Kubeflow training operator (v1.9) does not bound a PyTorchJob's "
                           "restarts (exit >= 128) by it")
     port_name = "pytorchjob-port"

@@ -69,7 +69,8 @@ def apply(job: TrainingJob, mode: str, ctx: dict[str, Any]) -> None:
     if mode not in MODES:
         raise RenderError(f"restart mode {mode!r} is not one of {', '.join(MODES)}")
     if mode == RECREATE:
-        if job.spec.elastic:  # the gang re-forms smaller in process, whatever the containers do
+        # the gang re-forms (smaller, or with a spare) in process, whatever the containers do
+        if job.spec.elastic or job.spec.distributed.spares:
             in_process(job, ctx)
         return
     if not backends.get(job.spec.backend).in_place_restarts:
@@ -82,10 +83,11 @@ def apply(job: TrainingJob, mode: str, ctx: dict[str, Any]) -> None:
 def in_process(job: TrainingJob, ctx: dict[str, Any]) -> None:
     """The launchers restart their workers in process (KDIST_RESTART_DIR, on an emptyDir
     where they count their restarts). In place, every pod has it; recreating, an elastic
-    job's (spec.minNodes) pods have it too, because a shrink and a grow are restarts in
-    process (a JobSet never restarts a container in place; an Indexed Job rendered
-    without a cluster to ask is recreate): only a launcher that must go itself fails its
-    pod, and the controller recreates it (a JobSet, the whole gang)."""
+    job's (spec.minNodes) and a job with spares have it too, because a shrink, a grow and a
+    spare taking a rank are restarts in process (a JobSet never restarts a container in
+    place; an Indexed Job rendered without a cluster to ask is recreate): only a launcher
+    that must go itself fails its pod, and the controller recreates it (a JobSet, the
+    whole gang)."""
     pod = ctx["pod_spec"]
     pod["env"].append({"name": E.RESTART_DIR, "value": E.DEFAULT_RESTART_DIR})
     if not job.spec.distributed.restart_workers:

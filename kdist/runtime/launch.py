@@ -179,8 +179,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             _say(f"code {os.environ[E.CODE_SHA256][:12]} unpacked into {code_dir}")
         # Before the rendezvous, which overlaps the standbys' import of torch
         # (kdist.runtime.standby); after the code's unpacking, whose script tells whether
-        # an unasked first start may be warm. A spare has no rank to warm yet.
-        standbys = None if plan.is_spare else _standbys(plan, module, rest, listener, in_place)
+        # an unasked first start may be warm. A spare's wait for a rank, likewise.
+        standbys = _standbys(plan, module, rest, listener, in_place)
         waited = wait_for_master(plan)
         if waited >= 1.0:
             _say(f"master {plan.master_addr}:{plan.master_port} answered after {waited:.1f}s")
@@ -241,8 +241,11 @@ def _standbys(plan: LaunchPlan, module: str | None, rest: list[str],
               listener: socket.socket | None, in_place: Path | None) -> Standbys | None:
     """This node's standby workers, started: where the pod asks for warm workers and they
     can run its command, or (unasked) where its first start may be warm
-    (``kdist.runtime.warmstart``). New ones follow handovers only where warm workers were
-    asked and the launcher restarts its workers itself."""
+    (``kdist.runtime.warmstart``) and warmStart asked for it or this pod is a spare (a
+    spare waits for a rank with its workers' torch imported, kdist's own workloads with
+    all that DDP imports: its first step after taking a rank is the gang's). New ones
+    follow handovers only where warm workers were asked and the launcher restarts its
+    workers itself."""
     argv = worker_exec.worker_argv(module, rest)
     asked = standby.asked(os.environ)
     if asked:
@@ -250,16 +253,17 @@ def _standbys(plan: LaunchPlan, module: str | None, rest: list[str],
         if why:
             _say(f"warm workers: {why}; the workers start cold")
             return None
-    elif not standby.first_asked(os.environ) or not warmstart.first_start(argv, os.environ,
-                                                                   os.getcwd()):
+    elif not (plan.is_spare or standby.first_asked(os.environ)) or \
+            not warmstart.first_start(argv, os.environ, os.getcwd()):
         return None
+    preload = () if asked or (plan.is_spare and warmstart.own(argv)) else warmstart.PRELOAD
     os.environ.update(plan.worker_env(os.environ, _cpu_count()))  # as the workers get it
     refill = asked and in_place is not None and plan.max_restarts > 0 and \
         os.environ.get(E.RESTART_WORKERS, "").strip() != "0"
     directory = Path(tempfile.mkdtemp(prefix=f"kdist-launch-{os.getpid()}-standby-"))
     return Standbys(plan, os.environ, directory, None if listener is None else listener.fileno(),
-                    refill=refill, announce=asked, argv=argv,
-                    preload=() if asked else warmstart.PRELOAD, say=_say).start_all()
+                    refill=refill, announce=asked or plan.is_spare, argv=argv,
+                    preload=preload, say=_say).start_all()
 
 
 def _start_line(plan: LaunchPlan) -> str:

@@ -73,6 +73,12 @@ def _module_source(name: str, cwd: str, environ: Mapping[str, str]) -> str | Non
     return None
 
 
+def own(argv: Sequence[str]) -> bool:
+    """Whether this worker command runs one of kdist's own modules (``-m kdist.*``)."""
+    found = entry.command(list(argv))
+    return found is not None and found[0] == "module" and found[1].startswith(OWN)
+
+
 def first_start(argv: Sequence[str], environ: Mapping[str, str], cwd: str) -> bool:
     """Whether this worker command's first start may come from a standby unasked."""
     found = entry.command(list(argv))

@@ -277,11 +277,14 @@ def native_gang(gang: str, backend: str, queue: str) -> None:
 
 def spares(distributed: Any, backend: str, nodes: int) -> None:
     """distributed.spares: a spare takes a lost node's rank where the launchers re-form the
-    gang in process (kdist.runtime.membership): an Indexed Job whose pods restart in place."""
+    gang in process (kdist.runtime.membership) and the Job succeeds on its node ranks'
+    indexes (Backend.elastic: an Indexed Job, a JobSet's one Job)."""
     if not distributed.spares:
         return
-    if backend != "indexed-job":
-        raise ValueError(f"distributed.spares: not served on {backend} yet (indexed-job only)")
+    b = backends.get(backend)
+    if not b.elastic:
+        raise ValueError(f"distributed.spares: not served on {backend} ({b.no_elastic_why}); "
+                         f"use backend {backends.able('elastic')}")
     if nodes < 2:
         raise ValueError("distributed.spares needs nodes >= 2 (a spare takes a lost node's "
                          "rank; node 0, the store's host, is replaced as today)")

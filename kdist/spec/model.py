@@ -153,8 +153,9 @@ class Distributed(_Model):
         "timeout or Kubernetes marking the node NotReady.")
     # A spare's side lives in kdist.runtime.membership.
     spares: Annotated[StrictInt, Field(ge=0, le=64)] = Field(
-        default=0, description="Warm spare pods started with the job (indexed-job): each "
-        "waits at the rendezvous holding no rank, and when a node is lost the first free "
+        default=0, description="Warm spare pods started with the job (indexed-job, jobset): "
+        "each imports torch ahead and waits at the rendezvous holding no rank, and when a node "
+        "is lost the first free "
         "spare takes its rank, in seconds; the node's pod, if it comes back, is fenced "
         "(exit 206). Each costs a pod's resources for the job's life.")
     socket_interface: str | None = Field(default=None, description="The interface(s) NCCL and gloo "

@@ -152,6 +152,9 @@ def test_a_spare_takes_a_frozen_nodes_rank_and_the_node_is_fenced(tmp_path, unin
     text = "\n".join(lines)
     assert "[node 2] kdist.launch: spare in slot 2: waiting at" in text, text
     assert "[node 2] kdist.launch: spare in slot 2 takes node rank 1" in text, text
+    # the spare waited with its worker's torch imported: its first worker is that standby
+    assert "[node 2] kdist.launch: 1 of 1 worker(s) of node 1 started from their standbys " \
+        "(warm), 0 cold" in text, text
     assert resumed is not None, text  # the gang resumed without node 1 coming back
     fenced = [line for line in lines if line.startswith("[node 1] kdist.launch: fenced")]
     assert fenced and fenced[-1].endswith("exiting 206"), text

@@ -61,11 +61,12 @@ def test_a_spare_takes_the_rank_of_a_paused_node_which_is_fenced_when_it_returns
     name = "spares"
     job = validate_job(job_spec(
         name, args=ARGS,
-        distributed={"backend": "gloo", "maxRestarts": 2, "spares": 1,
+        # warm workers: the survivors' new workers come from standbys, the spare's too
+        distributed={"backend": "gloo", "maxRestarts": 2, "spares": 1, "warmWorkers": True,
                      "restartMode": "inPlace", "nodeLossSeconds": LOSS_S,
                      "collectiveTimeoutSeconds": 300, "rendezvousTimeoutSeconds": 600},
         checkpoint={"path": "/checkpoints", "volume": node_shared_volume},
-        resources={"cpu": "500m", "memory": "1Gi"},
+        resources={"cpu": "500m", "memory": "2Gi"},  # a standby beside each worker
         # this tree's runtime (a ConfigMap), not the one the nodes' image was built with
         runtime="shipped"))
     survivor = next(n.metadata.name for n in schedulable_nodes(kube)
@@ -97,6 +98,7 @@ def test_a_spare_takes_the_rank_of_a_paused_node_which_is_fenced_when_it_returns
         done = {r["rank"]: r["step"] for _, _, r in stream.records if r["event"] == "done"}
         assert done == {0: MAX_STEPS, 1: MAX_STEPS}, log
         assert f"spare in slot 2 takes node rank {lost}" in log, log
+        assert f"1 of 1 worker(s) of node {lost} started from their standbys (warm)" in log, log
         cost = figures(stream.records, fault_time)
         fenced = exit_codes(kube, namespace, name, index=lost)
         report({"drill": "spare" if lost else "spare, node 0 (the store's host) lost",

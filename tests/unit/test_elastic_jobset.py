@@ -100,7 +100,7 @@ def test_an_elastic_indexed_job_rendered_recreate_restarts_in_process_too():
 
 
 @pytest.mark.parametrize(("backend", "why"), [
-    ("pytorchjob", "no success on fewer ranks"),
+    ("pytorchjob", "no success on fewer ranks"),  # or on some of its pods (spares)
     ("trainjob", "Kubeflow Trainer removed elastic training"),
 ])
 def test_min_nodes_is_refused_on_pytorchjob_and_trainjob_with_the_reason(backend, why):

@@ -279,6 +279,12 @@ def test_node_0_replaced_finds_the_store_moved_and_hosts_nothing():
     own = R.bind(fresh)
     try:
         t1, led = _run(R.meet, host, listener, time.monotonic(), 1, [0])
+        # the store has moved: node 1 serves the members (its thread, under load, may not
+        # have begun to; the new pod would then lead on its own, as the store never moved)
+        deadline = time.monotonic() + 10
+        while hostmove.ask(host.address_of(1), 2) != moved:
+            assert time.monotonic() < deadline, "node 1 never served the members"
+            time.sleep(0.05)
         said: list[str] = []
         real, launch._say = launch._say, said.append
         try:

@@ -1,5 +1,6 @@
 """Warm spares (issue 54): the spec refuses them where they cannot serve, the Indexed Job
-runs nodes + spares pods and succeeds on nodes of them, a fenced pod is no failure."""
+and the JobSet's one Job run nodes + spares pods and succeed on nodes of them, a fenced pod
+is no failure, and the launchers restart their workers in process in every form rendered."""
 
 from __future__ import annotations
 
@@ -24,8 +25,13 @@ def _job(**changes):
 
 
 @pytest.mark.parametrize(("changes", "words"), [
-    ({"spec.backend": "jobset"}, "distributed.spares: not served on jobset yet"),
-    ({"spec.backend": "pytorchjob"}, "distributed.spares: not served on pytorchjob yet"),
+    ({"spec.backend": "pytorchjob"}, "distributed.spares: not served on pytorchjob (the "
+     "training operator's PyTorchJob has no success on fewer ranks or on some of its pods"),
+    ({"spec.backend": "trainjob"}, "distributed.spares: not served on trainjob (Kubeflow "
+     "Trainer"),
+    ({"spec.backend": "jobset", "spec.distributed": {"spares": 1, "maxRestarts": 1,
+                                                     "restartMode": "recreate"}},
+     "restart their workers in process"),
     ({"spec.nodes": 1}, "distributed.spares needs nodes >= 2"),
     ({"spec.distributed": {"spares": 1}}, "distributed.spares needs maxRestarts >= 1"),
     ({"spec.distributed": {"spares": 1, "maxRestarts": 1, "restartMode": "recreate"}},
@@ -86,3 +92,42 @@ def test_a_local_run_gives_each_node_a_port_of_its_own_for_the_store():
     plan = resolve_env({**env, "KDIST_DIST_BACKEND": "gloo"})
     port = int(env["KDIST_MASTER_PORT"])
     assert plan.store_moves and plan.address_of(1) == (LOCAL_MASTER, port + 1)
+
+
+def _env(container):
+    return {e["name"]: e.get("value") for e in container["env"]}
+
+
+def test_rendered_without_a_cluster_the_launchers_still_restart_in_process():
+    """`kdist render` (auto renders recreate without a cluster to ask): a spare taking a
+    rank is a restart in process, so the pods count their restarts on the emptyDir."""
+    job, _ = render(_job(**WITH_SPARE))
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    assert "restartPolicyRules" not in container
+    assert _env(container)["KDIST_RESTART_DIR"]
+
+
+def test_a_jobsets_one_job_runs_the_spares_and_succeeds_on_the_node_ranks():
+    import kubernetes_validate
+
+    from tests.unit import crd, restricted
+
+    (obj,) = render(_job(**{**WITH_SPARE, "spec.backend": "jobset"}))
+    (node,) = obj["spec"]["replicatedJobs"]
+    spec = node["template"]["spec"]
+    assert (spec["completions"], spec["parallelism"]) == (3, 3)
+    assert spec["successPolicy"] == {"rules": [{"succeededCount": 2}]}
+    ignored = [r["onExitCodes"]["values"] for r in spec["podFailurePolicy"]["rules"]
+               if r["action"] == "Ignore" and "onExitCodes" in r]
+    assert ignored == [[exitcodes.FENCED], [exitcodes.PEER_LOST]]
+    env = _env(spec["template"]["spec"]["containers"][0])
+    name = obj["metadata"]["name"]
+    assert env["KDIST_SPARES"] == "1" and env["KDIST_NNODES"] == "2"
+    assert env["KDIST_SLOT_ADDR"] == f"{name}-node-0-{{slot}}.{name}" and env["KDIST_RESTART_DIR"]
+    assert backends.of(obj).nodes(obj) == 2  # the watch counts node ranks, not spares
+    assert crd.errors(obj) == []
+    kubernetes_validate.validate({"apiVersion": "batch/v1", "kind": "Job",
+                                  "metadata": {"name": f"{name}-node-0"}, "spec": spec},
+                                 "1.37", strict=True)
+    for pod in restricted.pod_specs(obj):
+        assert restricted.violations(pod) == []
