@@ -19,7 +19,7 @@ import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import IO, TYPE_CHECKING, Any
 
-from kdist.api import checks, files, jobs, many
+from kdist.api import checks, files, jobs, many, ranklogs
 from kdist.api.types import (
     BACKEND_DEFAULT,
     BACKEND_NAMES,
@@ -194,7 +194,9 @@ class Client:
         job has ended (the lines are streamed, never held whole).
 
         `tail`: start from each log's last N lines. `ranks`: only these node ranks.
-        `on_note(rank, why)` hears of a rank that has no log to read (yet).
+        `on_note(rank, why)` hears of a rank that has no log to read (yet), or whose log
+        the API refused or cut off (not following: the other ranks' lines go on; without
+        `on_note`, a ClusterError after the last line names those ranks).
         """
         from kdist.api.stream import stream_logs
 
@@ -209,11 +211,12 @@ class Client:
     def rank_logs(self, name: str, *, rank: int | None = None,
                   tail: int | None = None) -> list[RankLog]:
         """Every rank's log (or one rank's) as it is now, in rank order, as lists (a log
-        over 128 MiB is refused: `logs` streams any size)."""
+        over 128 MiB is refused: `logs` streams any size). A rank whose log the API
+        refused or did not answer has no lines and a `note` saying why."""
         checks.name(name)
         rank = checks.count(rank, "rank", 0, checks.MAX_RANK)
         tail = checks.count(tail, "tail")
-        return jobs.rank_logs(self._conn, name, rank=rank, tail=tail)
+        return ranklogs.rank_logs(self._conn, name, rank=rank, tail=tail)
 
     def metrics(self, name: str) -> dict[int, list[Step]]:
         """Job `name`'s step series per node rank, from its JSON step lines (every pod and

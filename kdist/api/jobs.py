@@ -1,4 +1,5 @@
-"""One job at a time: submit, follow, wait, status, logs, list, delete.
+"""One job at a time: submit, follow, wait, status, list, delete (its logs as they are
+now: `ranklogs.py`).
 
 Each takes the `Connection` of a `kdist.Client` (one kubeconfig read, one
 connection pool) and arguments the client has already checked.
@@ -8,7 +9,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from kdist.api.types import (
@@ -17,7 +17,6 @@ from kdist.api.types import (
     JobSummary,
     Observer,
     Quiet,
-    RankLog,
     Submission,
     reattach_hint,
 )
@@ -320,44 +319,6 @@ def status(conn: Connection, name: str, *, tail: int = 2000) -> JobState:
         tracker.state.gang_status, tracker.state.gang_message = "unreadable", str(e)
     read_step_logs(cluster, tracker, ns, tail)  # a bounded number of logs, a few at once
     return tracker.state
-
-
-def rank_logs(conn: Connection, name: str, *, rank: int | None = None,
-              tail: int | None = None) -> list[RankLog]:
-    """Every rank's log (or one rank's) as it is now, in rank order (each a list: a log
-    past the answer cap is refused; `rank_log_streams` reads any size)."""
-    return [replace(entry, lines=list(lines))
-            for entry, lines in _rank_entries(conn, name, rank, tail, stream=False)]
-
-
-def rank_log_streams(conn: Connection, name: str, *, rank: int | None = None,
-                     tail: int | None = None) -> list[tuple[RankLog, Iterator[str]]]:
-    """As `rank_logs`, each rank's lines an iterator that reads them as the API server
-    sends them (`Cluster.log_lines`): a log of any size, never held whole. The job and
-    its pods are read here; each log only when its lines are."""
-    return _rank_entries(conn, name, rank, tail, stream=True)
-
-
-def _rank_entries(conn: Connection, name: str, rank: int | None, tail: int | None,
-                  stream: bool) -> list[tuple[RankLog, Iterator[str]]]:
-    cluster, ns = conn.cluster(), conn.namespace()
-    job = cluster.get_job(name, ns)
-    _check_rank(job, rank)
-    tracker = tracked(cluster, job)
-    state = tracker.state
-    out: list[tuple[RankLog, Iterator[str]]] = []
-    for r in sorted(state.ranks.values(), key=lambda r: r.rank):
-        if rank is not None and r.rank != rank:
-            continue
-        if not r.pod or not tracker.pod_started(r.pod):
-            out.append((RankLog(r.rank, r.pod, [], no_log_note(state, r),
-                                state.procs_per_node), iter(())))
-            continue
-        lines = cluster.log_lines(r.pod, ns, tail=tail, container=tracker.container) \
-            if stream else iter(cluster.read_log(r.pod, ns, tail=tail,
-                                                 container=tracker.container))
-        out.append((RankLog(r.rank, r.pod, [], procs_per_node=state.procs_per_node), lines))
-    return out
 
 
 def no_log_note(state: JobState, r: Any) -> str:

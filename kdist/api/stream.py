@@ -1,7 +1,8 @@
 """`Client.logs`: every rank's log lines as `(rank, line)`, streamed, never held whole.
 
 Without `follow`, each rank's current log is read in turn, line by line as
-the API server sends it. With `follow`, the job's watch session
+the API server sends it; one the server refuses or cuts off is told to `on_note`
+and the next rank's follows. With `follow`, the job's watch session
 (`kdist.kube.watch.reflector.Session`, as `kdist logs -f`) starts one follower
 per container instance, so a restarted rank's new pod (or container) is
 followed too, and lines come in the order they arrive; the queue between the
@@ -16,7 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 from kdist.api.jobs import no_log_note, tracked
 from kdist.api.types import Connection
-from kdist.shared.errors import UsageError
+from kdist.kube.errors import Gone, Transient
+from kdist.shared.errors import ClusterError, UsageError
+from kdist.shared.terminal import escape
 
 if TYPE_CHECKING:
     from kdist.kube.client import Cluster
@@ -55,6 +58,7 @@ def _now(cluster: Cluster, job: dict[str, Any], tail: int | None, ranks: set[int
     tracker = tracked(cluster, job)
     state = tracker.state
     reader = PodLogs(cluster, state.namespace, tracker.container)
+    unread: list[str] = []
     for r in sorted(state.ranks.values(), key=lambda r: r.rank):
         if ranks is not None and r.rank not in ranks:
             continue
@@ -62,8 +66,22 @@ def _now(cluster: Cluster, job: dict[str, Any], tail: int | None, ranks: set[int
             if on_note is not None:
                 on_note(r.rank, no_log_note(state, r))
             continue
-        for raw in reader.stream_log(r.pod, follow=False, tail=tail, since_seconds=None):
-            yield r.rank, raw.partition(" ")[2]  # without the timestamp asked for
+        count = 0
+        try:
+            for raw in reader.stream_log(r.pod, follow=False, tail=tail, since_seconds=None):
+                count += 1
+                yield r.rank, raw.partition(" ")[2]  # without the timestamp asked for
+        except (Transient, Gone) as e:  # this rank's alone (a 5xx, 404, 400, a cut): go on
+            what = f"log cut off after {count} line{'s' * (count != 1)}" if count else \
+                "log not readable"
+            why = escape(f"{what}: pod {r.pod}: {e or 'the pod is gone'}")
+            if on_note is not None:
+                on_note(r.rank, why)
+            else:
+                unread.append(f"rank {r.rank} ({why})")
+    if unread:  # no on_note to hear of them: not lost in silence
+        raise ClusterError(f"the logs of {len(unread)} ranks could not be read whole: "
+                           + "; ".join(unread[:3]) + (", ..." if len(unread) > 3 else ""))
 
 
 def _follow(cluster: Cluster, job: dict[str, Any], tail: int | None,

@@ -18,7 +18,7 @@ from kdist.cli.cluster_verbs import _name, _opts, _watching
 from kdist.cli.jobfiles import name_or_file
 from kdist.cli.options import ClusterOptions, Command, cluster_options
 from kdist.cli.say import say
-from kdist.shared.errors import UsageError
+from kdist.shared.errors import ClusterError, UsageError
 from kdist.shared.terminal import log_for
 
 
@@ -52,9 +52,15 @@ def logs(opts: ClusterOptions, name: str, node: int | None, rank: int | None, fo
     On a terminal a line keeps its colours; any other escape sequence in it is
     shown as text (^[), not obeyed. Piped or redirected, lines pass as the pods
     wrote them, as `kubectl logs` passes them.
+
+    A rank whose log the API server refuses (a 5xx, 404 or 400: its node gone, its
+    container not started) or does not answer is skipped with one stderr line naming it,
+    its pod and the answer (lines it printed before a cut stay); the other ranks follow,
+    and the command then exits 3 saying how many logs could not be read. A 401 or 403,
+    a missing job, or a server not reached at all still end it at once.
     """
     from kdist import api
-    from kdist.api.jobs import rank_log_streams
+    from kdist.api.ranklogs import rank_log_streams
     from kdist.api.types import Connection, target
 
     _name(name)
@@ -77,14 +83,22 @@ def logs(opts: ClusterOptions, name: str, node: int | None, rank: int | None, fo
                                    tail=tail)
     if entries:
         check_rank_asked(name, rank, entries[0][0].procs_per_node)
+    unit = "rank" if entries and entries[0][0].procs_per_node == 1 else "node"
+    unread = 0
     for entry, lines in entries:
-        unit = "rank" if entry.procs_per_node == 1 else "node"
         if entry.note:
             say(f"[{unit} {entry.rank}] ({entry.note})", err=True)
         for line in lines:
             # color=True: click would strip colours when piped; kdist passes them on
             # (log_for decides what a terminal gets).
             click.echo(f"[{unit} {entry.rank}] {log_for(sys.stdout, line)}", color=True)
+        if lines.note:  # refused or cut off (`ranklogs.rank_own`): the next ranks follow
+            unread += 1
+            say(f"[{unit} {entry.rank}] ({lines.note}; {'the rest ' * bool(lines.count)}"
+                "skipped)", err=True)
+    if unread:
+        raise ClusterError(f"the logs of {unread} of {len(entries)} {unit}s could not be "
+                           "read whole (each said above)")
 
 
 @contextmanager

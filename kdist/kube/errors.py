@@ -67,6 +67,15 @@ class Forbidden(ClusterError):
     """A 403: the API server (RBAC, or an admission webhook) refused the request."""
 
 
+class ErrorStatus(ClusterError):
+    """An error status no class here names (a 5xx after its retries, a 400, a 502 from a
+    proxy): the server answered, for this request only. `status`: the HTTP code."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
 class AlreadyExists(ClusterError):
     """A create answered 409: an object of that name is there already."""
 
@@ -262,9 +271,10 @@ def api_error(e: HttpError, action: Action, server: str) -> KdistError:
                   for c in details.get("causes") or []]
         return ClusterError(f"the API server refused {action.resource} {action.name}: "
                             + ("; ".join(causes) or message))
-    return ClusterError(
+    return ErrorStatus(
         f"{action.verb} {action.resource} {action.name} {where}: {e.status} "
-        f"{status.get('reason') or e.reason}: {message}".replace("  ", " ") + _asked(e))
+        f"{status.get('reason') or e.reason}: {message}".replace("  ", " ") + _asked(e),
+        e.status)
 
 
 def _asked(e: HttpError) -> str:

@@ -10,6 +10,8 @@
   makes small on the wire and huge decoded (`bomb`);
 - `floods[(namespace, pod)]`: that pod's log is `lines` lines of `width` bytes,
   made as they are sent, whatever `tailLines` asks (a server that ignores it);
+- `cuts[(namespace, pod)]`: that pod's log breaks off after that many lines (the
+  connection dropped, no last chunk: a kubelet or node gone mid-answer);
 - `headers`: sent with every answer (a `Warning:`).
 
 A test module uses it with `FAKEAPI_CLASS = WireApi` (tests/api/conftest.py).
@@ -20,6 +22,7 @@ from __future__ import annotations
 import functools
 import gzip
 import json
+import socket
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -60,6 +63,7 @@ class WireApi(FakeApi):
     headers: list[tuple[str, str]] = field(default_factory=list)
     bombs: dict[str, bytes] = field(default_factory=dict)
     floods: dict[tuple[str, str], Flood] = field(default_factory=dict)
+    cuts: dict[tuple[str, str], int] = field(default_factory=dict)
 
     def start(self) -> WireApi:
         super().start()
@@ -129,6 +133,8 @@ class _Handler(fakeapi._Handler):
         self._chunks([data])  # one chunk, as one event line is
 
     def _log(self, api: Any, ns: str, pod: str, query: dict[str, str]) -> None:
+        if (ns, pod) in api.cuts:
+            return self._cut(api.store.logs.get((ns, pod), "").splitlines()[:api.cuts[ns, pod]])
         flood = api.floods.get((ns, pod))
         if flood is None:
             return super()._log(api, ns, pod, query)
@@ -137,6 +143,18 @@ class _Handler(fakeapi._Handler):
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         self._chunks(flood.chunks())
+
+    def _cut(self, lines: list[str]) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        for line in lines:
+            data = (line + "\n").encode()
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.wfile.flush()
+        self.close_connection = True
+        self.connection.shutdown(socket.SHUT_RDWR)  # no last chunk: the answer breaks off
 
     def _chunks(self, chunks: Any) -> None:
         try:

@@ -252,10 +252,11 @@ def follow_log(logs: LogSource, pod: str, emit: Callable[[str, Any], None],
                 emit("log", (pod, text))
                 if stop.is_set():
                     return
-        except Transient:
+        except Transient as e:
             failures += 1
-            if failures >= backoff.attempts:
-                emit("warning", f"stopped following the log of pod {pod}: connection lost")
+            if failures >= backoff.attempts:  # the other pods' logs are followed still
+                emit("warning", f"stopped following the log of pod {pod} after {failures} "
+                                f"tries: {e}")
                 return
             stop.wait(backoff.delay(failures))
             continue

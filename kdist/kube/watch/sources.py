@@ -92,7 +92,8 @@ class PodLogs:
         except HttpError as e:
             if e.status == 404:
                 raise Gone() from None
-            raise Transient(f"{e.status} {e.reason}") from None  # 400: not started (yet/again)
+            # 400: not started (yet/again); a 5xx: no node to read it from (kwok), for now
+            raise Transient(f"the API server answered {e.status} {e.reason}") from None
         except Transient as e:
             if isinstance(e.__context__, urllib3.exceptions.ReadTimeoutError) or \
                     "timed out" in str(e).lower():
