@@ -9,6 +9,8 @@ frozen at once) once step 50 is logged:
 
 - **spare**: ``spares: 1``, the spare on the surviving node: the gang finds node 1 lost
   (its heartbeat silent for 10 s), the spare takes rank 1 and the gang resumes;
+- **spare-cold**: the same spare with ``warmWorkers`` off (the defaults): the spare's
+  workers still start from the standbys it kept while it waited, the survivors' cold;
 - **nospare**: no spare: the survivors wait at the rendezvous for a replacement pod. A pod
   on an unreachable node is replaced only once the node is tainted out of service (or
   comes back), so, as a cluster's operator does and ``test_node_loss.py``'s
@@ -60,6 +62,9 @@ FIGURES = [
     Spec("nodeloss.spare_vs_nospare", "node loss: spare vs replacement pod (time ratio)", "x",
          "nodeloss.spare_s", "nodeloss.nospare_s", goal="<= 0.33", target=0.33,
          higher_is_better=False),
+    Spec("nodeloss.spare_cold_s", "node paused -> first resumed step, a spare, survivors cold",
+         "s", f"spares: 1, warmWorkers false (the defaults: only the spare's workers start "
+         f"from standbys) ({JOB.replace('warmWorkers, ', '')})", "", higher_is_better=False),
 ]
 
 
@@ -123,13 +128,13 @@ def _shared_claim(k: Any, ns: str) -> Iterator[dict[str, Any]]:
         shutil.rmtree(host_dir, ignore_errors=True)
 
 
-def _job(name: str, ns: str, volume: dict[str, Any], spares: int) -> Any:
+def _job(name: str, ns: str, volume: dict[str, Any], spares: int, warm: bool = True) -> Any:
     from kdist.spec import validate_job
 
     # warm workers on both sides: the survivors' new workers come from standbys (the spare's
     # from the standby it kept while it waited); only the spare differs between the two
     distributed = {"backend": "gloo", "maxRestarts": 2, "restartMode": "inPlace",
-                   "warmWorkers": True, "nodeLossSeconds": LOSS_S, "collectiveTimeoutSeconds": 300,
+                   "warmWorkers": warm, "nodeLossSeconds": LOSS_S, "collectiveTimeoutSeconds": 300,
                    "rendezvousTimeoutSeconds": 600, **({"spares": spares} if spares else {})}
     return validate_job({"apiVersion": "kdist/v1alpha1", "kind": "TrainingJob",
                          "metadata": {"name": name, "namespace": ns}, "spec": {
@@ -145,7 +150,7 @@ def _job(name: str, ns: str, volume: dict[str, Any], spares: int) -> Any:
 
 
 def _drill(k: Any, ns: str, name: str, volume: dict[str, Any], nodes: tuple[Any, str],
-           spare: bool, say: Any) -> float:
+           spare: bool, say: Any, warm: bool = True) -> float:
     """One drill: seconds from the pause to the first resumed step."""
     import subprocess
 
@@ -168,7 +173,7 @@ def _drill(k: Any, ns: str, name: str, volume: dict[str, Any], nodes: tuple[Any,
     proc = None
     paused = tainted = False
     try:
-        create(k, ns, spread(render(_job(name, ns, volume, 1 if spare else 0)), name,
+        create(k, ns, spread(render(_job(name, ns, volume, 1 if spare else 0, warm)), name,
                              required=False, gate=True))
         proc = subprocess.Popen([sys.executable, "-m", "kdist", "--kubeconfig",
                                  os.environ["KDIST_BENCH_KUBECONFIG"], "-n", ns, "logs", name,
@@ -221,14 +226,15 @@ def _docker(node: Any, verb: str) -> None:
 def run(ctx: Ctx) -> dict[str, Measured]:
     k, nodes = _connect()
     rounds = int(os.environ.get("KDIST_BENCH_NODELOSS_ROUNDS") or ctx.rounds)
-    took: dict[str, list[float]] = {"spare": [], "nospare": []}
+    took: dict[str, list[float]] = {"spare": [], "nospare": [], "spare-cold": []}
     with benchkube.namespace(k.api, "kdist-bench-nodeloss") as ns, \
             _shared_claim(k, ns) as volume:
         ctx.say(f"    namespace {ns}, {rounds} round(s), node {nodes[0].name} paused")
         for r in range(rounds):
             for way in took:
                 name = f"nl-{way}-{r}"
-                took[way].append(_drill(k, ns, name, volume, nodes, way == "spare", ctx.say))
+                took[way].append(_drill(k, ns, name, volume, nodes, way != "nospare",
+                                        ctx.say, warm=way != "spare-cold"))
                 ctx.say(f"    round {r + 1}/{rounds} {way}: {took[way][-1]:.1f} s")
     ratio = ratios(took["spare"], took["nospare"])
     n = f"{rounds} interleaved round(s) on the 2-node kind cluster"
@@ -236,4 +242,5 @@ def run(ctx: Ctx) -> dict[str, Measured]:
         "nodeloss.spare_s": Measured(median(took["spare"]), took["spare"], n),
         "nodeloss.nospare_s": Measured(median(took["nospare"]), took["nospare"], n),
         "nodeloss.spare_vs_nospare": Measured(median(ratio), ratio, n),
+        "nodeloss.spare_cold_s": Measured(median(took["spare-cold"]), took["spare-cold"], n),
     }
