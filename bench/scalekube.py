@@ -20,12 +20,14 @@ and kubectl do each job side by side, at the same time, on the same cluster:
 5. J jobs of 8 nodes, suspended, then started together, watched by one `kdist wait --all`
    and one `kubectl wait --all`.
 
-Run: `python -m bench.run --only scalekube` (N = 1,000, J = 200; --quick: N = 100, J = 20).
+Run: `python -m bench.run --only scalekube` (N = 1,000, J = 200; --quick: N = 100, J = 20);
+`KDIST_BENCH_SCALEKUBE=status` runs only part 2, on a job started for it (minutes, not ~30).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import tempfile
 import time
@@ -248,6 +250,19 @@ def _many(api: Any, pk: Any, pc: Any, ns: str, cache: str, jobs: int, ctx: Ctx,
                                                           kc.brief())
 
 
+def _status_only(api: Any, pk: Any, pc: Any, ns: str, cache: str, tmp: Path, n: int,
+                 ctx: Ctx, out: dict[str, Measured]) -> None:
+    """Only status, list and logs of a running N-pod job (``KDIST_BENCH_SCALEKUBE=status``:
+    minutes instead of the half hour of every part), nothing else running beside them."""
+    name = "kd-status"
+    spec = tmp / f"{name}.yaml"
+    spec.write_text(job_text(name, ns, nodes=n, gang="native"))
+    measure(_kdist(pk, ns, "submit", str(spec), "--no-wait"), pk, timeout=600)
+    took = wait_running(api, ns, f"kdist.dev/job-name={name}", n, timeout=900)
+    ctx.say(f"    {n} pods Running {took:.0f} s after the submit")
+    _status_list_logs(pk, pc, ns, cache, name, ctx, out, n)
+
+
 def run(ctx: Ctx) -> dict[str, Measured]:
     api = kube.connect()
     from bench.apiproxy import ApiProxy
@@ -257,6 +272,11 @@ def run(ctx: Ctx) -> dict[str, Measured]:
     with fake_nodes(n), ApiProxy(kube.kubeconfig()) as pk, ApiProxy(kube.kubeconfig()) as pc, \
             tempfile.TemporaryDirectory() as tmp_s:
         tmp, cache = Path(tmp_s), str(Path(tmp_s) / "kubectl-cache")
+        if os.environ.get("KDIST_BENCH_SCALEKUBE") == "status":
+            with kube.namespace(api, "kdist-bench-kwok") as ns:
+                measure(_kubectl(pc, ns, cache, "api-resources"), None)  # warm discovery
+                _status_only(api, pk, pc, ns, cache, tmp, n, ctx, out)
+            return out
         with kube.namespace(api, "kdist-bench-kwok") as ns:
             measure(_kubectl(pc, ns, cache, "api-resources"), None)  # warm discovery, uncounted
             kd, kc = _submits(api, pk, pc, ns, cache, tmp, n, "indexed-job", ctx)
