@@ -22,6 +22,9 @@ and kubectl do each job side by side, at the same time, on the same cluster:
 
 Run: `python -m bench.run --only scalekube` (N = 1,000, J = 200; --quick: N = 100, J = 20);
 `KDIST_BENCH_SCALEKUBE=status` runs only part 2, on a job started for it (minutes, not ~30).
+`KDIST_BENCH_SCALEKUBE=submit` runs only submit --wait, kdist and kubectl each alone, one
+after the other (the order swapped every round), `--rounds` rounds at N nodes: their times
+are then each the cluster's for one job, not two jobs' sharing one Job controller.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from typing import Any
 import yaml
 
 from bench import kube
+from bench.cli import compile_kdist
 from bench.harness import PYTHON, BenchError, Ctx, Measured, Spec, median, tail
 from bench.kwok import Cost, end_pods, fake_nodes, job_text, measure, pods, wait_running
 
@@ -61,6 +65,13 @@ FIGURES = [
          higher_is_better=False),
     Spec("scale.submit_wait_1000_s", "kdist submit --wait, 1,000-node Indexed Job", "s", KDIST,
          "(absolute)"),
+    Spec("scale.submit_wait_alone_vs_kubectl", "submit --wait, N-node Indexed Job + PodGroup "
+         "(20 s), each alone in turn: kdist / kubectl apply + wait", "x", KDIST, KUBECTL,
+         "<= 1.1", 1.1, higher_is_better=False),
+    Spec("scale.submit_wait_alone_s", "kdist submit --wait alone, N-node Indexed Job (20 s)",
+         "s", KDIST, "(absolute)"),
+    Spec("scale.watch_watches_alone", "kdist submit --wait alone: watches held at once",
+         "watches", KDIST, "(job, pods)", "<= 2", 2, higher_is_better=False),
     Spec("scale.submit_wait_jobset_1000_vs_kubectl", "submit --wait, 1,000-node JobSet: kdist / "
          "kubectl", "x", KDIST, KUBECTL, "<= 1.1", 1.1, higher_is_better=False),
     Spec("scale.watch_peak_mb_1000", "kdist submit --wait's peak memory, 1,000 pods", "MB",
@@ -250,6 +261,46 @@ def _many(api: Any, pk: Any, pc: Any, ns: str, cache: str, jobs: int, ctx: Ctx,
                                                           kc.brief())
 
 
+def _submits_alone(pk: Any, pc: Any, ns: str, cache: str, tmp: Path, n: int, ctx: Ctx,
+                   out: dict[str, Measured]) -> None:
+    """submit --wait of an N-node Indexed Job + PodGroup (20 s of run), kdist and kubectl
+    alone in turn (``KDIST_BENCH_SCALEKUBE=submit``); medians of `ctx.rounds`."""
+    kd_s: list[float] = []
+    kc_s: list[float] = []
+    kd_cost: Cost | None = None
+    for r in range(ctx.rounds):
+        mine, theirs = f"kd-alone-{r}", f"kc-alone-{r}"
+        spec = tmp / f"{mine}.yaml"
+        spec.write_text(job_text(mine, ns, nodes=n, run_for="20s", gang="native"))
+        objs = _rendered_file(job_text(theirs, ns, nodes=n, run_for="20s", gang="native"),
+                              tmp / f"{theirs}.yaml")
+
+        def kdist_alone(spec: Path = spec) -> Cost:
+            return measure(_kdist(pk, ns, "submit", str(spec), "--timeout", "900"), pk)
+
+        def kubectl_alone(objs: Path = objs, theirs: str = theirs) -> Cost:
+            return measure(_sh(_kubectl(pc, ns, cache, "apply", "-f", str(objs)),
+                               _kubectl(pc, ns, cache, "wait", "--for=condition=complete",
+                                        f"job/{theirs}", "--timeout=900s")), pc)
+        first, second = (kdist_alone, kubectl_alone) if r % 2 == 0 else \
+            (kubectl_alone, kdist_alone)
+        a, b = first(), second()
+        kd, kc = (a, b) if r % 2 == 0 else (b, a)
+        kd_s.append(kd.wall_s)
+        kc_s.append(kc.wall_s)
+        kd_cost = kd
+        ctx.say(f"    round {r + 1}, submit --wait x{n} alone: kdist {kd.brief()}\n"
+                f"                                       kubectl {kc.brief()}")
+    ratios = [a / b for a, b in zip(kd_s, kc_s, strict=True)]
+    detail = (f"kdist {', '.join(f'{x:.1f}' for x in kd_s)} s; kubectl "
+              f"{', '.join(f'{x:.1f}' for x in kc_s)} s; ratios "
+              f"{', '.join(f'{x:.2f}' for x in ratios)}")
+    out["scale.submit_wait_alone_vs_kubectl"] = Measured(median(ratios), ratios, detail)
+    out["scale.submit_wait_alone_s"] = Measured(median(kd_s), kd_s)
+    if kd_cost is not None:
+        out["scale.watch_watches_alone"] = Measured(kd_cost.stats["peak_watches"], [])
+
+
 def _status_only(api: Any, pk: Any, pc: Any, ns: str, cache: str, tmp: Path, n: int,
                  ctx: Ctx, out: dict[str, Measured]) -> None:
     """Only status, list and logs of a running N-pod job (``KDIST_BENCH_SCALEKUBE=status``:
@@ -272,6 +323,12 @@ def run(ctx: Ctx) -> dict[str, Measured]:
     with fake_nodes(n), ApiProxy(kube.kubeconfig()) as pk, ApiProxy(kube.kubeconfig()) as pc, \
             tempfile.TemporaryDirectory() as tmp_s:
         tmp, cache = Path(tmp_s), str(Path(tmp_s) / "kubectl-cache")
+        compile_kdist()  # kdist as installed: its .pyc written, not compiled every run
+        if os.environ.get("KDIST_BENCH_SCALEKUBE") == "submit":
+            with kube.namespace(api, "kdist-bench-kwok") as ns:
+                measure(_kubectl(pc, ns, cache, "api-resources"), None)  # warm discovery
+                _submits_alone(pk, pc, ns, cache, tmp, n, ctx, out)
+            return out
         if os.environ.get("KDIST_BENCH_SCALEKUBE") == "status":
             with kube.namespace(api, "kdist-bench-kwok") as ns:
                 measure(_kubectl(pc, ns, cache, "api-resources"), None)  # warm discovery

@@ -4,7 +4,9 @@ read on its own.
 At 1,000 nodes some pod's log is nearly always unreadable: kwok's pods have no node
 to read it from (500), a real pod's node may be gone (404, 502) or its container not
 started (400). Such a rank no longer ends the read: its `LogLines.note` says why, and
-the other ranks' logs follow (`rank_own` says which failures are a rank's own).
+the other ranks' logs follow (`rank_own` says which failures are a rank's own). A
+server that lets several reads in a row time out ends them all (`Stalls`): it would
+cost a request timeout per rank.
 """
 
 from __future__ import annotations
@@ -16,7 +18,11 @@ from functools import partial
 from kdist.api.jobs import _check_rank, no_log_note, tracked
 from kdist.api.types import Connection, RankLog
 from kdist.kube.errors import ErrorStatus, Unreachable
-from kdist.shared.errors import JobNotFound, KdistError
+from kdist.shared.errors import ClusterError, JobNotFound, KdistError
+
+#: Reads of this many ranks' logs in a row that the API server let time out: it answers
+#: none, so the other ranks' reads would each wait the request timeout too (1,000 of them).
+STALLED_READS = 3
 
 
 def rank_own(e: BaseException) -> bool:
@@ -35,26 +41,55 @@ def rank_own(e: BaseException) -> bool:
     return isinstance(e, (ErrorStatus, JobNotFound))
 
 
+class Stalls:
+    """Log reads timed out in a row, over the ranks of one call: past `STALLED_READS`
+    the server is taken as answering nothing, and the read of every rank ends."""
+
+    def __init__(self) -> None:
+        self.in_a_row = 0
+
+    def answered(self) -> None:
+        self.in_a_row = 0
+
+    def timed_out(self, e: Unreachable) -> None:
+        self.in_a_row += 1
+        if self.in_a_row >= STALLED_READS:
+            raise ClusterError(f"the API server answered none of the last {self.in_a_row} "
+                               f"ranks' log reads ({e}); the other ranks' logs were not read")
+
+
 class LogLines(Iterator[str]):
     """One rank's lines as they are read. A failure of the rank's own (`rank_own`) ends
     them early instead of raising: `note` then says so, with the API's answer; the
-    lines before it were real and stay."""
+    lines before it were real and stay. `stalls`, shared by the ranks of one call,
+    ends them all once the server has let several reads in a row time out."""
 
-    def __init__(self, pod: str, read: Callable[[], Iterable[str]]) -> None:
+    def __init__(self, pod: str, read: Callable[[], Iterable[str]],
+                 stalls: Stalls | None = None) -> None:
         self.pod, self.count, self.failed = pod, 0, ""
         self._lines: Iterator[str] | None = None
         self._read = read  # called at the first line: each log read only when wanted
+        self._stalls = stalls or Stalls()
 
     def __next__(self) -> str:
         try:
             if self._lines is None:
                 self._lines = iter(self._read())
             line = next(self._lines)
+        except StopIteration:
+            self._stalls.answered()
+            raise
         except KdistError as e:
             if not rank_own(e):
                 raise
+            if isinstance(e, Unreachable) and e.why == "timeout":
+                self._stalls.timed_out(e)
+            else:
+                self._stalls.answered()  # an answer, if a refusal: the server is there
             self.failed, self._lines = str(e), iter(())
             raise StopIteration from None
+        if not self.count:
+            self._stalls.answered()
         self.count += 1
         return line
 
@@ -100,6 +135,7 @@ def rank_log_streams(conn: Connection, name: str, *, rank: int | None = None,
             pod, ns, tail=tail, container=tracker.container)
 
     out: list[tuple[RankLog, LogLines]] = []
+    stalls = Stalls()
     for r in sorted(state.ranks.values(), key=lambda r: r.rank):
         if rank is not None and r.rank != rank:
             continue
@@ -108,5 +144,5 @@ def rank_log_streams(conn: Connection, name: str, *, rank: int | None = None,
                                 state.procs_per_node), LogLines(r.pod, tuple)))
             continue
         out.append((RankLog(r.rank, r.pod, [], procs_per_node=state.procs_per_node),
-                    LogLines(r.pod, partial(read, r.pod))))
+                    LogLines(r.pod, partial(read, r.pod), stalls)))
     return out

@@ -245,3 +245,20 @@ def test_check_names_the_version_served(api, kdist, podgroups_v1):
     got = verdicts(kdist("check", "-o", "json"))["gang"]
     assert got["status"] == "ok", got
     assert got["detail"].startswith("scheduling.k8s.io/v1 PodGroups are served"), got
+
+
+def test_submit_wait_reads_the_podgroup_without_watching_it(api, kdist, spec):
+    """Issue 53: a job's watch holds two connections (its Job, its pods), gang or not; the
+    PodGroup, which only says why the pods wait, is read by GETs."""
+    def finish(job):
+        api.add(objects.pod(job, 0, exit_code=0), objects.pod(job, 1, exit_code=0))
+        api.store.update(dict(job, status={"conditions": [{"type": "Complete",
+                                                           "status": "True"}]}))
+
+    api.after_create["jobs"] = finish
+    out = kdist("submit", "--timeout", "20", str(spec))
+    assert out.code == 0, out.describe()
+    watched = {r.path for r in out.requests if r.is_watch}
+    assert watched == {JOBS, "/api/v1/namespaces/default/pods"}, out.describe()
+    reads = [r for r in out.requests if r.path == GROUPS and r.method == "GET"]
+    assert reads, f"the PodGroup was never read:\n{out.describe()}"

@@ -119,3 +119,27 @@ def test_client_logs_go_on_past_a_refused_rank(api, kubeconfig):
         for rank, _ in client.logs("demo"):
             seen.append(rank)
     assert set(seen) == {0, 2}, seen
+
+
+def test_a_server_that_answers_no_log_read_ends_them_after_a_few(api, kdist):
+    """Issue 53: a server that accepts every log read and answers none would cost a request
+    timeout per rank (1,000 of them at scale); after STALLED_READS in a row it ends."""
+    from kdist.api.ranklogs import STALLED_READS
+
+    _job(api, nodes=6)
+    api.hang(path="/log")
+    out = kdist("logs", "demo", env={"KDIST_REQUEST_TIMEOUT": "1"})
+    error_line(out, 3, f"answered none of the last {STALLED_READS} ranks' log reads",
+               "the other ranks' logs were not read")
+    reads = [r for r in out.requests if r.path.endswith("/log")]
+    assert len(reads) == STALLED_READS, out.describe()
+
+
+def test_a_slow_rank_between_answered_ones_is_only_skipped(api, kdist):
+    """Timeouts not in a row are each a rank's own: skipped, the others read."""
+    _job(api, nodes=3)
+    for rank in (0, 2):
+        api.hang(path=f"demo-{rank}-abcde/log")
+    out = kdist("logs", "demo", env={"KDIST_REQUEST_TIMEOUT": "1"})
+    error_line(out, 3, "2 of 3", "could not be read")
+    assert _printed(out.stdout, 1) == objects.step_log(1, world=3).splitlines(), out.describe()

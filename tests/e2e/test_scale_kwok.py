@@ -97,7 +97,8 @@ def test_submit_wait_follows_a_bounded_number_of_logs(fake_nodes, namespace, pro
     out = measure(_kdist(proxy, namespace, "submit", str(spec), "--timeout", "600"), proxy,
                   timeout=900)
     assert "job ends succeeded" in out.out, out.err[-3000:]
-    assert out.stats["peak_watches"] <= 3, out.brief()  # the job, its pods, its PodGroup
+    # the job and its pods; the PodGroup is read, not watched (kdist.kube.watch.poller)
+    assert out.stats["peak_watches"] <= 2, out.brief()
     assert out.stats["peak_follows"] <= LOG_NODES, out.brief()
     assert f"following nodes 0-{LOG_NODES - 1} of {NODES}" in out.err, out.err[-3000:]
 

@@ -16,8 +16,9 @@ import pytest
 
 from kdist.cli.progress import sparkline
 from kdist.kube.errors import Action, Gone, HttpError, Transient, api_error
+from kdist.kube.watch.logfollow import follow_log
 from kdist.kube.watch.objects import job_phase, parse_record, pod_rank
-from kdist.kube.watch.reflector import Backoff, Reflector, Session, Sources, follow_log, wait_empty
+from kdist.kube.watch.reflector import Backoff, Reflector, Session, Sources, wait_empty
 from kdist.kube.watch.tracker import Tracker
 from kdist.shared.errors import ClusterError, JobNotFound
 from kdist.shared.facts import max_steps_from_args

@@ -3,8 +3,9 @@
 One watch on the job and one on its pods, each resumed from the last
 resourceVersion on disconnect (BOOKMARKs included), relisted on 410 Gone,
 reconnected with bounded exponential backoff; and one log follower per pod
-container. Everything lands on one queue that the caller's thread consumes,
-so nothing here sleep-polls.
+container. Everything lands on one queue that the caller's thread consumes.
+A job's Kueue Workload and PodGroup are read by polling (`kdist.kube.watch.poller`):
+two watches per job, not four.
 
 The Python client's own `Watch` is not used: it retries a 410 only once and
 can block forever on a dead connection (docs/DESIGN.md, "Facts that bite").
@@ -13,7 +14,6 @@ can block forever on a dead connection (docs/DESIGN.md, "Facts that bite").
 from __future__ import annotations
 
 import dataclasses
-import math
 import queue
 import threading
 import time
@@ -22,14 +22,16 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from kdist.kube.errors import Forbidden, Gone, Transient
-from kdist.kube.watch.objects import parse_time
+from kdist.kube.watch.backoff import QUICK_END, WATCH_BACKOFF, Backoff
+from kdist.kube.watch.logfollow import LogCursor, LogSource, follow_log, read_rest
+from kdist.kube.watch.poller import SETTLED_EVERY, WAITING_EVERY, Poller
 from kdist.kube.watch.tracker import Tracker
 from kdist.shared.errors import ClusterError
 from kdist.shared.terminal import escape
 
-# A watch or log stream that ends this fast with nothing in it counts as a failure
-# (backoff), so a server or proxy that keeps closing at once is not hammered.
-QUICK_END = 1.0
+#: How long after the job's end a finished pod's log follower may take to end by itself
+#: before its log is read to the end by a plain read (`logfollow.read_rest`).
+LOG_GRACE = 1.0
 
 
 class Source(Protocol):
@@ -40,29 +42,6 @@ class Source(Protocol):
     def list(self) -> tuple[list[dict[str, Any]], str]: ...
 
     def watch(self, resource_version: str) -> Iterator[dict[str, Any]]: ...
-
-
-@dataclass(frozen=True)
-class Backoff:
-    """Bounded exponential backoff: `attempts` failures in a row, then give up.
-
-    With `give_up_after`, also give up once failures have gone on that long
-    (at least two of them): a wait that should be short fails within about
-    twice the request deadline instead of riding out minutes of backoff.
-    """
-
-    attempts: int = 8
-    first: float = 0.5
-    cap: float = 15.0
-    give_up_after: float | None = None
-
-    def delay(self, failure: int) -> float:
-        return min(self.cap, self.first * 2 ** (failure - 1))
-
-
-#: The watches' backoff: pauses of 0.5, 1, 2, 4, 8, 15, 15 s, so a server that fails every
-#: watch sees about ten requests in the first 10 s and an answer (give up) after about 45 s.
-WATCH_BACKOFF = Backoff()
 
 
 class Reflector:
@@ -202,80 +181,6 @@ def _ref(obj: dict[str, Any]) -> str:
     return f"{obj.get('kind') or 'object'}/{(obj.get('metadata') or {}).get('name', '?')}"
 
 
-class LogSource(Protocol):
-    """Reads one pod's log (the main container), as the cluster client does."""
-
-    def stream_log(self, pod: str, *, follow: bool, tail: int | None,
-                   since_seconds: int | None) -> Iterator[str]: ...
-
-    def container_instance(self, pod: str) -> tuple[bool, int] | None:
-        """(running, restartCount) of the main container; None when the pod is gone."""
-
-
-def _stamp_key(stamp: str) -> tuple[str, str]:
-    """RFC3339Nano trims trailing zeros: compare seconds, then the zero-padded fraction."""
-    head, _, frac = stamp.rstrip("Z").partition(".")
-    return head, frac.ljust(9, "0")
-
-
-def follow_log(logs: LogSource, pod: str, emit: Callable[[str, Any], None],
-               stop: threading.Event, *, instance: int = 0, tail: int | None = None,
-               backoff: Backoff | None = None) -> None:
-    """Emit ("log", (pod, line)) for each line of `pod`'s container until it stops.
-
-    `instance` is the container's restartCount when following began; once it
-    stops (or restarts: a new follower takes the new instance) this returns.
-    Lines arrive with timestamps so a reconnect (a cut stream while the same
-    container still runs) resumes after the last line seen, not from the start.
-    """
-    backoff = backoff or Backoff(attempts=5)
-    last: tuple[str, str] | None = None  # the newest timestamp emitted...
-    at_last: set[str] = set()  # ...and the lines emitted with it
-    since: int | None = None
-    failures = 0
-    while not stop.is_set():
-        resume = (last, set(at_last)) if last is not None else None
-        started, lines = time.monotonic(), 0
-        try:
-            for raw in logs.stream_log(pod, follow=True, tail=tail if last is None else None,
-                                       since_seconds=since):
-                stamp, _, text = raw.partition(" ")
-                key = _stamp_key(stamp)
-                if resume is not None:  # skip the overlap a reconnect re-sends
-                    if key < resume[0] or (key == resume[0] and text in resume[1]):
-                        continue
-                    resume = None
-                if key != last:
-                    last, at_last = key, set()
-                at_last.add(text)
-                failures, lines = 0, lines + 1
-                emit("log", (pod, text))
-                if stop.is_set():
-                    return
-        except Transient as e:
-            failures += 1
-            if failures >= backoff.attempts:  # the other pods' logs are followed still
-                emit("warning", f"stopped following the log of pod {pod} after {failures} "
-                                f"tries: {e}")
-                return
-            stop.wait(backoff.delay(failures))
-            continue
-        except Gone:  # the pod was deleted
-            return
-        if logs.container_instance(pod) != (True, instance):
-            return  # that container has stopped (or restarted): its log is complete
-        if not lines and time.monotonic() - started < QUICK_END:
-            failures += 1
-            if failures >= backoff.attempts:
-                emit("warning", f"stopped following the log of pod {pod}: the stream keeps "
-                                "ending at once")
-                return
-            stop.wait(backoff.delay(failures))
-        if last is not None:  # cut while still running: ask again from just before the cut
-            last_s = parse_time(f"{last[0]}Z") or time.time()
-            since = max(1, math.ceil(time.time() - last_s) + 5)
-
-
 @dataclass
 class Sources:
     """What `follow` needs from the cluster: the two watched sources and the logs."""
@@ -306,6 +211,9 @@ class Session:
         self._q: queue.Queue[tuple[str, str, Any]] = queue.Queue(maxsize=queue_limit)
         self._followed: set[tuple[str, int]] = set()
         self._log_threads: dict[tuple[str, int], threading.Thread] = {}
+        # (pod uid, container instance) -> (pod name, tail, how far its log was read)
+        self._cursors: dict[tuple[str, int], tuple[str, int | None, LogCursor]] = {}
+        self._finishing: set[tuple[str, int]] = set()  # their last reads, under way
 
     def _thread(self, name: str, target: Callable[[], None]) -> threading.Thread:
         def run() -> None:
@@ -318,15 +226,29 @@ class Session:
         return t
 
     def start(self) -> None:
-        watched = [("job", self.sources.job), ("pods", self.sources.pods)]
-        if self.sources.queue is not None:
-            watched.append(("queue", self.sources.queue))
-        if self.sources.gang is not None:
-            watched.append(("gang", self.sources.gang))
-        for name, source in watched:
+        # Two watches: the job and its pods. Its Workload and PodGroup only explain why
+        # the pods wait: read every few seconds (kdist.kube.watch.poller), no connection held.
+        for name, source in [("job", self.sources.job), ("pods", self.sources.pods),
+                             ("queue", self.sources.queue), ("gang", self.sources.gang)]:
+            if source is None:
+                continue
+
             def emit(kind: str, obj: Any, name: str = name) -> None:
                 self._q.put((name, kind, obj))
-            self._thread(name, Reflector(source, emit, self.stop).run)
+            if name in ("job", "pods"):
+                self._thread(name, Reflector(source, emit, self.stop).run)
+            else:
+                self._thread(name, Poller(source, emit, self.stop, self._poll_every,
+                                          WATCH_BACKOFF).run)
+
+    def _poll_every(self) -> float:
+        """The pause between two reads of the Workload or PodGroup: short while the job
+        waits to be admitted or placed, long once every pod is (asked from their thread:
+        list() of a dict's values is one step under the GIL)."""
+        s = self.tracker.state
+        ranks = list(s.ranks.values())
+        waiting = not s.outcome and (not ranks or any(r.phase == "Pending" for r in ranks))
+        return WAITING_EVERY if waiting else SETTLED_EVERY
 
     def close(self) -> None:
         self.stop.set()
@@ -343,12 +265,17 @@ class Session:
         Yields ("tick", None) every `tick` seconds without events (for the clock).
         """
         drain_until: float | None = None
+        rest_at: float | None = None  # then a finished pod's follower is not waited for
         while True:
-            if drain_until is not None and (
-                    not self._log_threads or time.monotonic() >= drain_until):
+            now = time.monotonic()
+            if drain_until is not None and ((
+                    not self._log_threads and not self._finishing) or now >= drain_until):
                 return
+            if rest_at is not None and now >= rest_at:
+                self._read_rest_of_finished()
             try:
-                source, kind, payload = self._q.get(timeout=tick)
+                wait = tick if rest_at is None or now >= rest_at else min(tick, rest_at - now)
+                source, kind, payload = self._q.get(timeout=wait)
             except queue.Empty:
                 yield "tick", None
                 continue
@@ -361,6 +288,9 @@ class Session:
                 except Transient:
                     pass
                 drain_until = time.monotonic() + drain
+                # A kubelet ends a finished container's followed log by itself, at once;
+                # one still open after LOG_GRACE is read to its end another way.
+                rest_at = min(drain_until, time.monotonic() + LOG_GRACE)
                 yield "terminal", None
 
     def _apply(self, source: str, kind: str, payload: Any) -> Iterator[tuple[str, Any]]:
@@ -374,6 +304,9 @@ class Session:
             raise payload
         if kind == "log-end":
             self._log_threads.pop(payload, None)
+            return
+        if kind == "log-read":
+            self._finishing.discard(payload)
             return
         warnings = [payload] if kind == "warning" else t.feed(source, kind, payload)
         if source == "pods":
@@ -398,15 +331,37 @@ class Session:
             self._followed.add(key)
             first = all(k[0] != view.uid for k in self._followed - {key})
             tail = self.tail if first else None
+            cursor = LogCursor()
+            self._cursors[key] = (view.name, tail, cursor)
 
             def run(pod: str = view.name, key: tuple[str, int] = key,
-                    tail: int | None = tail) -> None:
-                def emit(kind: str, payload: Any) -> None:
-                    self._q.put(("logs", kind, payload))
+                    tail: int | None = tail, cursor: LogCursor = cursor) -> None:
                 assert self.sources.logs is not None  # follow_logs is False without one
                 try:
-                    follow_log(self.sources.logs, pod, emit, self.stop, instance=key[1],
-                               tail=tail)
+                    follow_log(self.sources.logs, pod, self._emit_log, self.stop,
+                               instance=key[1], tail=tail, cursor=cursor)
                 finally:
                     self._q.put(("logs", "log-end", key))
             self._log_threads[key] = self._thread(f"log-{view.name}", run)
+
+    def _emit_log(self, kind: str, payload: Any) -> None:
+        self._q.put(("logs", kind, payload))
+
+    def _read_rest_of_finished(self) -> None:
+        """The job is over: a follower of a container that has exited is not waited for;
+        one plain read from its cursor gives the rest (kdist.kube.watch.logfollow)."""
+        logs = self.sources.logs
+        for key in list(self._log_threads):
+            if logs is None or not self.tracker.container_finished(*key):
+                continue
+            pod, tail, cursor = self._cursors[key]
+            self._log_threads.pop(key)
+            self._finishing.add(key)
+
+            def run(pod: str = pod, key: tuple[str, int] = key, tail: int | None = tail,
+                    cursor: LogCursor = cursor, logs: LogSource = logs) -> None:
+                try:
+                    read_rest(logs, pod, self._emit_log, cursor, tail=tail)
+                finally:
+                    self._q.put(("logs", "log-read", key))
+            self._thread(f"log-rest-{pod}", run)

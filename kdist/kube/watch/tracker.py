@@ -225,6 +225,12 @@ class Tracker:
         """Pods whose main container has run, so their logs can be read."""
         return [v for v in self._pods.values() if v.started]
 
+    def container_finished(self, uid: str, instance: int) -> bool:
+        """Whether that run (restartCount `instance`) of pod `uid`'s main container has
+        exited for good, so its log is whole: the pod has ended, restarted it, or is gone."""
+        v = self._pods.get(uid)
+        return v is None or v.phase in (SUCCEEDED, FAILED) or v.restarts > instance
+
     def _refresh_rank(self, rank: int, gone: PodView | None = None) -> None:
         r = self.state.rank(rank)
         live = [self._pods[u] for u in self._rank_pods.get(rank, ()) if u in self._pods]
