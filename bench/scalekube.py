@@ -292,7 +292,7 @@ def _submits_alone(pk: Any, pc: Any, ns: str, cache: str, tmp: Path, n: int, ctx
         ctx.say(f"    round {r + 1}, submit --wait x{n} alone: kdist {kd.brief()}\n"
                 f"                                       kubectl {kc.brief()}")
     ratios = [a / b for a, b in zip(kd_s, kc_s, strict=True)]
-    detail = (f"kdist {', '.join(f'{x:.1f}' for x in kd_s)} s; kubectl "
+    detail = (f"{n} nodes; kdist {', '.join(f'{x:.1f}' for x in kd_s)} s; kubectl "
               f"{', '.join(f'{x:.1f}' for x in kc_s)} s; ratios "
               f"{', '.join(f'{x:.2f}' for x in ratios)}")
     out["scale.submit_wait_alone_vs_kubectl"] = Measured(median(ratios), ratios, detail)
