@@ -57,7 +57,9 @@ test: install lint ## Lint, layers, types, check manifests/ and the docs are fre
 	$(PYTHON) -m kdist.spec.docsgen --check
 	@# Unit and fake-API tests mostly wait (subprocesses, sockets): two at once halves them.
 	$(PYTHON) -m pytest tests/unit tests/api -q -p no:cacheprovider -n 2
-	$(PYTHON) -m pytest tests/dist tests/compat -q -p no:cacheprovider $(DRILL_FLAGS)
+	@# The drills too: their slowest wait for a heartbeat or a hang to be noticed (15:39
+	@# two at once against ~25 min one at a time, every test passed, 2026-12-07).
+	$(PYTHON) -m pytest tests/dist tests/compat -q -p no:cacheprovider -n 2 $(DRILL_FLAGS)
 
 unit: install ## Unit tests only (no processes, no cluster; seconds)
 	$(PYTHON) -m pytest tests/unit -q -p no:cacheprovider

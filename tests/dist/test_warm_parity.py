@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import textwrap
 from pathlib import Path
 
@@ -64,9 +65,18 @@ assert "# (torch)" in PROBE
 
 
 def _views(tmp_path: Path, argv: list[str], warm: str, **extra: str) -> tuple[int, dict, list]:
-    """warm: KDIST_WARM_WORKERS ("" unset: the launcher decides the first start)."""
-    run = run_job(argv, cwd=tmp_path, PYTHONPATH=os.pathsep.join((str(tmp_path), str(ROOT))),
-                  **({"KDIST_WARM_WORKERS": warm} if warm else {}), **extra)
+    """warm: KDIST_WARM_WORKERS ("" unset: the launcher decides the first start). The
+    launcher starts with SIGINT, SIGQUIT and SIGHUP ignored, as under nohup or as a
+    shell's background job: a cold worker still gets them as exec leaves them."""
+    ignored = (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP)
+    before = {sig: signal.signal(sig, signal.SIG_IGN) for sig in ignored}
+    try:
+        run = run_job(argv, cwd=tmp_path,
+                      PYTHONPATH=os.pathsep.join((str(tmp_path), str(ROOT))),
+                      **({"KDIST_WARM_WORKERS": warm} if warm else {}), **extra)
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
     said = [line for line in run.lines if "started from their standbys" in line]
     assert said == (["[node 0] kdist.launch: 1 of 1 worker(s) of node 0 started from their "
                      "standbys (warm), 0 cold"] if warm == "1" else []), run.text

@@ -201,6 +201,13 @@ def _take_output(pipe: str, early: str) -> None:
 def become(order: dict[str, Any], started: dict[str, str], early: str) -> None:
     """Take on the worker's process state (the order's environment, cwd, output)."""
     _pdeathsig(0)  # a worker outlives its launcher as a cold one would
+    # What exec gives a cold worker: its launcher catches these while workers run, and a
+    # caught signal is SIG_DFL after exec (Python then makes SIGINT KeyboardInterrupt). A
+    # standby started before that has what its launcher had then: ignored, under nohup
+    # or as a shell's background job.
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     _name(os.path.basename(sys.executable))
     os.environ.clear()
     _clear_c_environ()
