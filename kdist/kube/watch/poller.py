@@ -42,7 +42,6 @@ class Poller:
                  stop: threading.Event, every: Callable[[], float], backoff: Backoff) -> None:
         self.source, self.emit, self.stop, self.every = source, emit, stop, every
         self.backoff = backoff
-        self.reads = 0
 
     def run(self) -> None:
         seen: tuple[tuple[str, str], ...] | None = None
@@ -57,7 +56,7 @@ class Poller:
                                        f"attempts in a row: {e}") from None
                 self.stop.wait(self.backoff.delay(failures))
                 continue
-            failures, self.reads = 0, self.reads + 1
+            failures = 0
             now = _versions(items)
             if now != seen:  # the list's own resourceVersion moves with every write anywhere
                 seen = now
